@@ -1,0 +1,48 @@
+# casebook: `make` regenerates everything, `make test` runs the tests. Both build .venv
+# from the hash-pinned lock first when it is missing or the lock has changed.
+#
+#   make                  environment + `snakemake --cores all` (the whole site)
+#   make test             environment + lint + the test suite
+#   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
+#                         sees a GPU, else cpu)
+#   make lock             regenerate env/cpu.lock and env/cuda.lock from env/*.in
+#   make clean            remove generated records, figures and the site
+
+LOCK ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+PYTHON_cpu := python3.11
+PYTHON_cuda := python3.12
+PYTHON ?= $(PYTHON_$(LOCK))
+VENV := .venv
+STAMP := $(VENV)/.lock-$(LOCK).sha256
+BIN := $(VENV)/bin
+
+.PHONY: all run env test lint lock clean
+all: run
+
+$(STAMP): env/$(LOCK).lock
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found; env/$(LOCK).lock needs it" >&2; exit 1; }
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		--require-hashes -r env/$(LOCK).lock
+	sha256sum env/$(LOCK).lock > $@
+
+env: $(STAMP)
+
+run: env
+	$(BIN)/snakemake --cores all
+
+test: env lint
+	$(BIN)/python -m pytest
+
+lint: env
+	$(BIN)/ruff check .
+
+lock: env
+	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 -o env/cpu.lock
+	$(BIN)/uv pip compile env/cuda.in --generate-hashes --no-header --python-version 3.12 \
+		--python-platform x86_64-manylinux_2_28 -o env/cuda.lock
+
+clean:
+	rm -rf results/cpu results/figures site/public logs .snakemake

@@ -1,0 +1,31 @@
+"""casebook: GPU kernel case studies whose every figure carries its six conditions.
+
+pinned environment -> host -> build -> verify -> time -> baseline -> figures -> site.
+Records go to results/<target>/..., figures to results/figures/, pages to site/public/
+(the whole scheme: workflow/casebook/paths.py). `snakemake <case>` runs one case.
+"""
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: os.path.join(workflow.basedir, "configs", "config.yaml")
+
+
+# Validates the config (configs/schemas/config.schema.yaml) before anything uses it.
+include: "workflow/rules/common.smk"
+include: "workflow/rules/env.smk"
+include: "workflow/rules/host.smk"
+include: "workflow/rules/build.smk"
+include: "workflow/rules/verify.smk"
+include: "workflow/rules/time.smk"
+include: "workflow/rules/baseline.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/site.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,1 @@
+"""One package per case study; each exposes the surface casebook.cases documents."""

@@ -1,0 +1,40 @@
+"""What a case hands the pipeline to run: a framework-neutral callable with its facts.
+
+The pipeline never imports a framework for a case; it calls ``prepare`` once per input
+set (host arrays -> device arrays), ``call`` to launch, ``sync`` to wait for completion
+and ``fetch`` to bring an output back as a numpy array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Runnable(NamedTuple):
+    prepare: Callable[[dict[str, np.ndarray]], tuple[Any, ...]]
+    call: Callable[..., Any]
+    sync: Callable[[Any], None]
+    fetch: Callable[[Any], np.ndarray]
+    execution: dict[str, Any]  # how it runs: mode, interpret, poisoned, race_detection
+
+
+def from_jax(fn: Callable[..., Any], names: tuple[str, ...], execution: dict[str, Any]) -> Runnable:
+    """A Runnable for a JAX function of the inputs ``names``, jit-compiled once."""
+    import jax
+
+    compiled = jax.jit(fn)
+
+    def prepare(inputs: dict[str, np.ndarray]) -> tuple[Any, ...]:
+        return tuple(jax.device_put(inputs[name]) for name in names)
+
+    return Runnable(
+        prepare=prepare,
+        call=compiled,
+        sync=jax.block_until_ready,
+        fetch=lambda out: np.asarray(jax.device_get(out)),
+        execution={"framework": f"jax {jax.__version__}",
+                   "device": str(jax.devices()[0].platform), **execution},
+    )

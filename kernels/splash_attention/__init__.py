@@ -1,0 +1,121 @@
+"""Case 02, splash attention: the surface the pipeline calls (see casebook.cases).
+
+Until the Mosaic GPU port lands, the only variant is ``upstream``: JAX's TPU kernel,
+lowered for TPU (on any host) and run by Pallas's interpreter on the host.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from kernels.runnable import Runnable, from_jax
+from kernels.splash_attention import baselines, masks, oracle_f64, upstream
+
+INPUTS = ("q", "k", "v")
+VARIANTS = ("upstream",)
+
+
+def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Fresh q, k, v; q carries the 1/sqrt(D) scale (splash applies none inside)."""
+    import ml_dtypes
+
+    dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[params["dtype"]]
+    s, d = params["seq_len"], params["head_dim"]
+    q = rng.standard_normal((params["heads_q"], s, d)) / np.sqrt(d)
+    k = rng.standard_normal((params["heads_kv"], s, d))
+    v = rng.standard_normal((params["heads_kv"], s, d))
+    return {"q": q.astype(dtype), "k": k.astype(dtype), "v": v.astype(dtype)}
+
+
+def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The float64 answer for exactly these (already rounded) inputs."""
+    return oracle_f64.attention(inputs["q"], inputs["k"], inputs["v"], masks.dense_mask(params))
+
+
+def check_params(params: dict[str, Any]) -> str | None:
+    """Why the kernel cannot run ``params``, or None."""
+    if params["heads_q"] % params["heads_kv"]:
+        return f"heads_q={params['heads_q']} is not a multiple of heads_kv={params['heads_kv']}"
+    if params["seq_len"] % params.get("block", 128):
+        return f"seq_len={params['seq_len']} is not a multiple of block={params.get('block', 128)}"
+    return None
+
+
+def _shapes(params: dict[str, Any]):
+    import jax
+    import jax.numpy as jnp
+
+    dtype = jnp.dtype(params["dtype"])
+    s, d = params["seq_len"], params["head_dim"]
+    return (jax.ShapeDtypeStruct((params["heads_q"], s, d), dtype),
+            jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype),
+            jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype))
+
+
+def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Lower the kernel for TPU (Mosaic) and compile its interpreted form for the host."""
+    import jax
+
+    _check_variant(variant)
+    shapes = _shapes(params)
+    start = time.perf_counter()
+    tpu = jax.jit(upstream.make(params, interpret=False)).trace(*shapes).lower(
+        lowering_platforms=("tpu",)).as_text()
+    lower_s = time.perf_counter() - start
+    start = time.perf_counter()
+    jax.jit(upstream.make(params, interpret=True)).trace(*shapes).lower().compile()
+    compile_s = time.perf_counter() - start
+    table = upstream.block_table(params)
+    return {
+        "artifacts": [
+            {"target": "tpu", "kind": "Mosaic TPU module (lowered, not run)",
+             "seconds": lower_s, "facts": {
+                 "mosaic_custom_calls": tpu.count("tpu_custom_call"),
+                 "stablehlo_bytes": len(tpu)}},
+            {"target": "host", "kind": "interpreted kernel compiled by XLA for the host",
+             "seconds": compile_s, "facts": {}},
+        ],
+        "block_census": upstream.block_census(table),
+        "block_table_heads": int(table.shape[0]),
+    }
+
+
+def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+    """The kernel to ``check`` (faithful interpreter, NaN memory, races) or to ``time``."""
+    _check_variant(variant)
+    if purpose == "check":
+        fn = upstream.make(params, interpret=upstream.checking_mode())
+        execution = {"mode": "Pallas TPU interpret mode (uninitialised memory = NaN)",
+                     "interpret": True, "poisoned": True, "race_detection": True}
+    else:
+        fn = upstream.make(params, interpret=True)
+        execution = {"mode": "Pallas interpret mode (kernel discharged to XLA on the host)",
+                     "interpret": True, "poisoned": False, "race_detection": False}
+    return from_jax(fn, INPUTS, execution)
+
+
+def races_found() -> bool:
+    return upstream.races_found()
+
+
+def reset() -> None:
+    upstream.reset_interpreter()
+
+
+def baseline(name: str, params: dict[str, Any]) -> Runnable:
+    return from_jax(baselines.make(name, params), INPUTS,
+                    {"mode": "XLA", "interpret": False, "poisoned": False,
+                     "race_detection": False})
+
+
+def reference_file() -> str:
+    """The upstream source file actually imported (hashed into the build record)."""
+    return upstream.splash.splash_attention_kernel.__file__
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown splash_attention variant {variant!r}; known: {VARIANTS}")

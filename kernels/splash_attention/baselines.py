@@ -1,0 +1,51 @@
+"""Baselines: the cost without block sparsity, and what JAX offers without a kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from kernels.splash_attention.masks import dense_mask
+
+
+def dense_masked(params: dict[str, Any]) -> Callable:
+    """Every block of q kᵀ computed, then masked: attention without the sparsity."""
+    mask = jnp.asarray(dense_mask(params))
+
+    def attend(q, k, v):
+        group = q.shape[0] // k.shape[0]
+        k, v = jnp.repeat(k, group, axis=0), jnp.repeat(v, group, axis=0)
+        logits = jnp.einsum("hqd,hkd->hqk", q, k, preferred_element_type=jnp.float32)
+        logits = jnp.where(mask, logits, -jnp.inf)
+        weights = jax.nn.softmax(logits, axis=-1)
+        return jnp.einsum("hqk,hkd->hqd", weights.astype(v.dtype), v).astype(q.dtype)
+
+    return attend
+
+
+def xla_dot_product_attention(params: dict[str, Any]) -> Callable:
+    """``jax.nn.dot_product_attention`` (XLA on CPU; cuDNN where the platform has it)."""
+    spec = params["mask"]
+    window = None if spec["kind"] == "causal" else tuple(spec["window"])
+
+    def attend(q, k, v):
+        # [H, S, D] -> [B=1, S, H, D], the layout jax.nn expects; scale 1: q is pre-scaled.
+        q4, k4, v4 = (x.transpose(1, 0, 2)[None] for x in (q, k, v))
+        out = jax.nn.dot_product_attention(
+            q4, k4, v4, scale=1.0, is_causal=spec["kind"] == "causal",
+            local_window_size=window)
+        return out[0].transpose(1, 0, 2)
+
+    return attend
+
+
+BASELINES = {"dense_masked": dense_masked, "xla_dot_product_attention": xla_dot_product_attention}
+
+
+def make(name: str, params: dict[str, Any]) -> Callable:
+    if name not in BASELINES:
+        raise ValueError(f"unknown splash_attention baseline {name!r}; known: {sorted(BASELINES)}")
+    return BASELINES[name](params)

@@ -1,0 +1,67 @@
+"""The upstream TPU splash attention kernel, run by Pallas's interpreter."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info
+
+# MaskInfo's block classes, as upstream numbers them.
+BLOCK_CLASSES = {0: "empty", 1: "partial", 2: "full"}
+
+
+def mask(params: dict[str, Any]) -> splash.MultiHeadMask:
+    n = params["seq_len"]
+    spec = params["mask"]
+    if spec["kind"] == "causal":
+        head = splash.CausalMask((n, n))
+    else:
+        head = splash.LocalMask((n, n), tuple(spec["window"]), offset=0)
+    return splash.MultiHeadMask([head] * params["heads_q"])
+
+
+def block_sizes(params: dict[str, Any]) -> splash.BlockSizes:
+    block = params.get("block", 128)
+    return splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block)
+
+
+def block_table(params: dict[str, Any]) -> np.ndarray:
+    """Upstream MaskInfo's class of every (head, q-block, kv-block) tile.
+
+    Heads with identical masks share one table row, so the first axis counts distinct
+    head masks, not heads.
+    """
+    bs = block_sizes(params)
+    info, _ = splash_attention_mask_info.process_mask(
+        mask(params), (bs.block_q, bs.block_kv), head_shards=1, q_seq_shards=1)
+    return np.asarray(info.block_mask)
+
+
+def block_census(classes: np.ndarray) -> dict[str, int]:
+    """How many tiles of a block table fall in each class."""
+    return {name: int((classes == code).sum()) for code, name in BLOCK_CLASSES.items()}
+
+
+def checking_mode() -> pltpu.InterpretParams:
+    """The TPU interpret mode: uninitialised memory reads as NaN, races reported."""
+    return pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
+
+
+def make(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
+    """The upstream kernel for ``params``: a callable of (q, k, v)."""
+    return splash.make_splash_mha_single_device(
+        mask(params), block_sizes=block_sizes(params), interpret=interpret)
+
+
+def races_found() -> bool:
+    """Whether the TPU interpreter's race detector saw a race since the last reset."""
+    state = importlib.import_module("jax._src.pallas.mosaic.interpret.interpret_pallas_call")
+    return bool(state.races is not None and state.races.races_found)
+
+
+def reset_interpreter() -> None:
+    pltpu.reset_tpu_interpret_mode_state()

@@ -1,0 +1,126 @@
+"""Environment and host capture, with the GPU path exercised through fakes."""
+
+from __future__ import annotations
+
+import platform
+from types import SimpleNamespace
+
+import pytest
+
+from casebook import envcapture, hostcapture, paths
+from casebook.errors import CasebookError
+
+
+def test_cpu_lock_pins_jax_0_10_2_with_hashes():
+    pins = envcapture.read_lock(paths.lock_file("cpu"))
+    assert pins["jax"] == "0.10.2"
+    assert {"snakemake", "jaxlib", "numpy", "matplotlib", "jinja2"} <= pins.keys()
+    text = paths.lock_file("cpu").read_text()
+    assert text.count("--hash=sha256:") >= len(pins)
+
+
+def test_cuda_lock_pins_the_gpu_stack():
+    pins = envcapture.read_lock(paths.lock_file("cuda"))
+    assert {"jax-cuda13-plugin", "cupti-python", "nvidia-ml-py", "cuda-python"} <= pins.keys()
+
+
+def test_bad_lock_line_is_named(tmp_path):
+    lock = tmp_path / "x.lock"
+    lock.write_text("numpy==2.0 \\\n    --hash=sha256:00\nnot a pin\n")
+    with pytest.raises(CasebookError, match="line 3"):
+        envcapture.read_lock(lock)
+
+
+def test_drift_names_missing_and_changed_packages():
+    locked = {"a": "1", "b": "2", "c": "3"}
+    found = {"a": "1", "b": "2.1", "d": "4"}
+    assert envcapture.drift(locked, found) == [
+        {"package": "b", "locked": "2", "found": "2.1"},
+        {"package": "c", "locked": "3", "found": None},
+    ]
+
+
+def test_capture_describes_this_interpreter():
+    body = envcapture.capture("cpu")
+    assert body["python"]["version"] == platform.python_version()
+    assert body["lock"]["file"] == "env/cpu.lock"
+    assert body["matches_lock"] == (body["drift"] == [])
+    assert body["packages"]["jax"]
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_nvml(devices, fail_init=False):
+    def init():
+        if fail_init:
+            raise FakeNVMLError("Driver Not Loaded")
+
+    return SimpleNamespace(
+        NVMLError=FakeNVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+        nvmlInit=init, nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: b"580.159.03",
+        nvmlSystemGetCudaDriverVersion=lambda: 13000,
+        nvmlDeviceGetCount=lambda: len(devices),
+        nvmlDeviceGetHandleByIndex=lambda i: devices[i],
+        nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetName=lambda h: h,
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=141 * 2**30),
+        nvmlDeviceGetMaxClockInfo=lambda h, kind: {1: 1980, 2: 3201}[kind],
+    )
+
+
+fake_cudart = SimpleNamespace(
+    cudaRuntimeGetVersion=lambda: (0, 13000),
+    cudaGetDeviceProperties=lambda i: (0, SimpleNamespace(multiProcessorCount=132,
+                                                          l2CacheSize=60 * 2**20)),
+)
+
+
+def test_no_gpu_is_a_clean_fact():
+    gpus, reason = hostcapture.gpu_facts(fake_nvml([], fail_init=True), fake_cudart)
+    assert gpus == [] and reason.startswith("no GPU")
+    assert hostcapture.device_class(gpus) == "cpu"
+
+
+def test_gpu_facts_through_nvml_and_the_runtime():
+    gpus, reason = hostcapture.gpu_facts(fake_nvml(["NVIDIA H200"]), fake_cudart)
+    assert reason is None
+    (gpu,) = gpus
+    assert gpu["compute_capability"] == "9.0" and gpu["sm_count"] == 132
+    assert gpu["cuda_driver_version"] == "13.0" and gpu["driver_version"] == "580.159.03"
+    assert hostcapture.device_class(gpus) == "h200"
+
+
+def test_runtime_errors_are_recorded_not_raised():
+    failing = SimpleNamespace(cudaRuntimeGetVersion=lambda: (35, None),
+                              cudaGetDeviceProperties=lambda i: (35, None))
+    gpus, _ = hostcapture.gpu_facts(fake_nvml(["NVIDIA H100 80GB HBM3"]), failing)
+    assert "cuda_runtime_error" in gpus[0]
+    assert hostcapture.device_class(gpus) == "h100"
+
+
+def test_unknown_gpu_asks_for_a_target():
+    with pytest.raises(CasebookError, match="target"):
+        hostcapture.device_class([{"name": "Some GPU"}])
+
+
+def test_this_host_capture_never_crashes():
+    body = hostcapture.capture()
+    assert body["cpu"]["logical_cores"] >= 1 and body["cpu"]["memory_bytes"] > 0
+    assert body["device_class"] in {"cpu", "h100", "h200", "b200"}
+
+
+def test_a_gpu_target_on_a_host_without_it_is_refused(tmp_path):
+    if hostcapture.capture()["device_class"] == "h200":
+        pytest.skip("this host is an H200: the refusal needs a host without one")
+    with pytest.raises(CasebookError, match="target"):
+        hostcapture.run("h200", str(tmp_path / "host.json"))
+    assert not (tmp_path / "host.json").exists()
+
+
+def test_cpu_model_is_read_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU @ 3GHz\n")
+    assert hostcapture.cpu_model(info) == "Test CPU @ 3GHz"

@@ -1,0 +1,93 @@
+"""Case 02 plug-in: the upstream kernel and baselines against the float64 oracle."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+
+from casebook import cases
+from casebook.verify import compare
+from kernels.splash_attention import upstream
+
+splash = cases.load("splash_attention")
+
+POINTS = {
+    "mha_causal_f32": {"heads_q": 2, "heads_kv": 2, "seq_len": 256, "head_dim": 64,
+                       "mask": {"kind": "causal"}, "dtype": "float32"},
+    "gqa_local_bf16": {"heads_q": 4, "heads_kv": 2, "seq_len": 384, "head_dim": 64,
+                       "mask": {"kind": "local", "window": [100, 20]}, "dtype": "bfloat16"},
+}
+TOL = {"float32": (3e-3, 3e-3), "bfloat16": (2e-2, 2e-2)}
+
+
+def run(runnable, inputs):
+    return runnable.fetch(runnable.call(*runnable.prepare(inputs)))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("purpose", ["check", "time"])
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_upstream_kernel_matches_the_oracle(rng, name, purpose):
+    params = POINTS[name]
+    inputs = splash.make_inputs(params, rng)
+    splash.reset()
+    out = run(splash.kernel("upstream", params, purpose), inputs)
+    atol, rtol = TOL[params["dtype"]]
+    result = compare(out, splash.oracle(params, inputs), atol, rtol)
+    assert result["passed"], result
+    assert not splash.races_found()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("baseline", ["dense_masked", "xla_dot_product_attention"])
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_baselines_match_the_oracle(rng, name, baseline):
+    params = POINTS[name]
+    inputs = splash.make_inputs(params, rng)
+    atol, rtol = TOL[params["dtype"]]
+    assert compare(run(splash.baseline(baseline, params), inputs),
+                   splash.oracle(params, inputs), atol, rtol)["passed"]
+
+
+@pytest.mark.timeout(120)
+def test_checking_mode_poisons_what_a_kernel_forgets_to_write():
+    """A kernel that writes only half its output leaves NaN behind, and fails."""
+
+    def first_half_only(x_ref, o_ref):
+        o_ref[:8] = x_ref[:8]
+
+    x = jnp.ones((16, 128), jnp.float32)
+    out = pl.pallas_call(
+        first_half_only, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        interpret=upstream.checking_mode())(x)
+    out = np.asarray(out)
+    assert np.isnan(out[8:]).all() and (out[:8] == 1).all()
+    assert not compare(out, np.ones(x.shape), atol=1, rtol=1)["passed"]
+
+
+@pytest.mark.timeout(120)
+def test_build_lowers_for_tpu_and_counts_blocks():
+    params = {**POINTS["gqa_local_bf16"], "block": 128}
+    built = splash.build("upstream", params)
+    tpu = next(a for a in built["artifacts"] if a["target"] == "tpu")
+    assert tpu["facts"]["mosaic_custom_calls"] >= 1
+    census = built["block_census"]
+    blocks = params["seq_len"] // 128
+    assert sum(census.values()) == built["block_table_heads"] * blocks * blocks
+    assert census["empty"] > 0  # a local window leaves far-away blocks empty
+
+
+def test_inputs_are_fresh_and_typed(rng):
+    params = POINTS["gqa_local_bf16"]
+    a, b = splash.make_inputs(params, rng), splash.make_inputs(params, rng)
+    assert a["q"].shape == (4, 384, 64) and a["k"].shape == (2, 384, 64)
+    assert str(a["q"].dtype) == "bfloat16"
+    assert not np.array_equal(a["q"], b["q"])
+
+
+def test_impossible_problems_are_named():
+    assert "multiple of heads_kv" in splash.check_params({**POINTS["mha_causal_f32"],
+                                                          "heads_q": 3})

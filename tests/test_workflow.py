@@ -1,0 +1,229 @@
+"""End to end: the whole DAG on a tiny config, in a copy of the sources in a temp dir."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+from casebook import conditions, paths
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+SOURCES = ["Snakefile", "workflow", "kernels", "configs", "site", "env"]
+MEASUREMENT = {"warmup_calls": 1, "min_samples": 5, "max_samples": 8, "min_time_s": 0.001,
+               "max_time_s": 5, "confidence": 0.9}
+
+
+def tiny_case(tolerance_scale: float = 1.0) -> dict:
+    case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml").read_text())
+    case["points"] = case["points"][:1]
+    case["verify"]["trials"] = 1
+    for tol in case["tolerances"].values():
+        tol["atol"] *= tolerance_scale
+        tol["rtol"] *= tolerance_scale
+    return case
+
+
+def make_project(root: Path, case: dict) -> Path:
+    """A copy of the sources plus a tiny config; returns the project folder."""
+    project = root / "project"
+    project.mkdir()
+    for name in SOURCES:
+        src = paths.SOURCE_ROOT / name
+        copy = shutil.copytree if src.is_dir() else shutil.copy
+        copy(src, project / name, **({"ignore": shutil.ignore_patterns("public", "__pycache__")}
+                                     if src.is_dir() else {}))
+    case_dir = root / "cases"
+    case_dir.mkdir()
+    (case_dir / "splash_attention.yaml").write_text(yaml.safe_dump(case))
+    (root / "tiny.yaml").write_text(yaml.safe_dump({
+        "cases": ["splash_attention"], "case_dir": str(case_dir), "target": "cpu",
+        "measurement": MEASUREMENT}))
+    return project
+
+
+def snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+         str(project.parent / "tiny.yaml"), *args],
+        cwd=project, capture_output=True, text=True, timeout=800)
+
+
+class Figures(HTMLParser):
+    """Collects, per <figure>, the <h4> headings of its conditions panel and its images."""
+
+    def __init__(self):
+        super().__init__()
+        self.figures: list[dict] = []
+        self._in_h4 = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "figure":
+            self.figures.append({"headings": [], "images": [], "items": 0})
+        elif self.figures and tag == "h4":
+            self._in_h4 = True
+        elif self.figures and tag == "img":
+            self.figures[-1]["images"].append(dict(attrs)["src"])
+        elif self.figures and tag == "li":
+            self.figures[-1]["items"] += 1
+
+    def handle_endtag(self, tag):
+        self._in_h4 = False if tag == "h4" else self._in_h4
+
+    def handle_data(self, data):
+        if self._in_h4:
+            self.figures[-1]["headings"].append(data.strip())
+
+
+def figures_of(page: Path) -> list[dict]:
+    parser = Figures()
+    parser.feed(page.read_text())
+    return parser.figures
+
+
+@contextlib.contextmanager
+def edited(path: Path, text: str):
+    """``path`` holds ``text`` inside the block; afterwards its content and time stamps."""
+    before, stat = path.read_text(), path.stat()
+    path.write_text(text)
+    try:
+        yield
+    finally:
+        path.write_text(before)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    project = make_project(tmp_path_factory.mktemp("e2e"), tiny_case())
+    done = snakemake(project)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return project
+
+
+def test_fresh_run_publishes_every_figure_with_six_conditions(project):
+    index = project / "site/public/index.html"
+    page = project / "site/public/splash_attention.html"
+    assert index.exists() and page.exists()
+    assert "verified in interpret mode" in index.read_text()
+    assert "not measured on GPU" in index.read_text()
+    figures = figures_of(page)
+    assert len(figures) == 2  # correctness and timing
+    for figure in figures:
+        assert figure["headings"] == list(conditions.HEADINGS.values())
+        assert figure["items"] >= 6
+        for src in figure["images"]:
+            assert (page.parent / src).stat().st_size > 0
+    assert "CPU interpret-mode numbers" in page.read_text()
+    assert "not GPU time" in (project / "results/figures/splash_attention/cpu/timing.svg"
+                              ).read_text()
+
+
+def test_second_run_does_nothing(project):
+    done = snakemake(project, "--dry-run")
+    assert done.returncode == 0
+    assert "Nothing to be done" in done.stdout + done.stderr
+
+
+def test_editing_a_kernel_reruns_only_that_case_and_says_why(project):
+    kernel = project / "kernels/splash_attention/masks.py"
+    with edited(kernel, kernel.read_text() + "\n# an edit\n"):
+        done = snakemake(project, "--dry-run")
+    out = done.stdout + done.stderr
+    rules = set(re.findall(r"^rule (\w+):", out, re.MULTILINE))
+    assert {"build", "verify", "time", "baseline", "figures", "page"} <= rules
+    assert not rules & {"env", "host"}
+    assert "Updated input files: " in out and "masks.py" in out
+
+
+def test_the_case_target_runs_one_case(project):
+    done = snakemake(project, "--dry-run", "splash_attention")
+    assert done.returncode == 0
+
+
+def test_a_sidecar_missing_a_condition_stops_the_page(project):
+    sidecar = project / "results/figures/splash_attention/cpu/timing.json"
+    data = json.loads(sidecar.read_text())
+    del data["conditions"]["baseline"]
+    with edited(sidecar, json.dumps(data)):
+        done = snakemake(project, "--forcerun", "page", "splash_attention")
+    assert done.returncode != 0
+    assert f"{sidecar.relative_to(project)}: conditions.baseline" in done.stderr
+    assert not (project / "site/public/splash_attention.html").exists()  # not published
+
+
+def test_a_corrupt_record_stops_the_figures(project):
+    record = project / "results/cpu/splash_attention/time/upstream/mha_causal_f32.json"
+    with edited(record, record.read_text()[:100]):
+        done = snakemake(project, "--forcerun", "figures", "splash_attention")
+    assert done.returncode != 0
+    assert f"{record.relative_to(project)}: corrupt or truncated JSON" in done.stderr
+
+
+def test_a_failed_verification_is_shown_never_timed(tmp_path):
+    project = make_project(tmp_path, tiny_case(tolerance_scale=1e-9))
+    done = snakemake(project)
+    assert done.returncode == 0, done.stderr[-4000:]
+    time_record = json.loads(
+        (project / "results/cpu/splash_attention/time/upstream/mha_causal_f32.json").read_text())
+    assert time_record["timed"] is False
+    assert time_record["not_timed_reason"].startswith("verification failed")
+    manifest = json.loads(
+        (project / "results/figures/splash_attention/cpu/figures.json").read_text())
+    assert manifest["figures"] == ["correctness"]
+    assert manifest["withheld"][0]["figure"] == "timing"
+    page = (project / "site/public/splash_attention.html").read_text()
+    assert "Verification failed" in page and "withheld" in page
+    assert "verification FAILED" in (project / "site/public/index.html").read_text()
+
+
+def as_other_target(project: Path, target: str, gpu: str) -> None:
+    """Turn this run's CPU records into records as a GPU host of ``target`` would commit."""
+    source, dest = project / "results/cpu", project / f"results/{target}"
+    shutil.copytree(source, dest)
+    for path in dest.rglob("*.json"):
+        data = json.loads(path.read_text())
+        data["target"] = target
+        if path.name == "host.json":
+            data["device_class"] = target
+            data["gpus"] = [{"name": gpu, "compute_capability": "9.0",
+                             "memory_bytes": 141 * 2**30, "driver_version": "580.159.03",
+                             "cuda_driver_version": "13.0"}]
+        path.write_text(json.dumps(data))
+
+
+def test_other_targets_are_rendered_beside_never_regenerated(project):
+    as_other_target(project, "h200", "NVIDIA H200")
+    plan = snakemake(project, "--dry-run")
+    out = plan.stdout + plan.stderr
+    assert plan.returncode == 0, out[-3000:]
+    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)$", out, re.MULTILINE)
+    assert ("figures", "case=splash_attention, shown_target=h200") in jobs
+    assert not [j for j in jobs if "target=h200" in j[1] and j[0] != "figures"]
+    done = snakemake(project)
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (project / "site/public/splash_attention.html").read_text()
+    assert 'id="target-cpu"' in page and 'id="target-h200"' in page
+    assert "GPU: NVIDIA H200" in page
+    assert len(figures_of(project / "site/public/splash_attention.html")) == 4
+    assert len(list((project / "results/h200").rglob("*.json"))) == len(
+        list((project / "results/cpu").rglob("*.json")))
+
+
+def test_bad_config_on_the_command_line_names_the_key(project):
+    done = snakemake(project, "--dry-run", "--config", "colour=red")
+    assert done.returncode != 0
+    assert re.search(r"tiny\.yaml.* \+ --config: colour: unknown key", done.stdout)
+    done = snakemake(project, "--dry-run", "--config", "cases=[nosuch]")
+    assert done.returncode != 0
+    assert "nosuch.yaml: unknown case 'nosuch'" in done.stdout + done.stderr

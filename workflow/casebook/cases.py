@@ -1,0 +1,36 @@
+"""A case is a plug-in: ``kernels/<case>/`` exposes this surface, found by name.
+
+- ``make_inputs(params, rng) -> {name: ndarray}``: fresh inputs of one problem;
+- ``oracle(params, inputs) -> ndarray``: the float64 answer;
+- ``check_params(params) -> str | None``: why a problem cannot run, or None;
+- ``build(variant, params) -> dict``: lower/compile, with what was built;
+- ``kernel(variant, params, purpose) -> Runnable``: ``check`` or ``time``;
+- ``baseline(name, params) -> Runnable``;
+- ``races_found() -> bool`` and ``reset()``: the interpreter's race detector;
+- ``reference_file() -> str``: the upstream source actually used.
+
+Adding a case touches no pipeline code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from casebook import paths
+from casebook.errors import CasebookError
+
+SURFACE = ("make_inputs", "oracle", "check_params", "build", "kernel", "baseline",
+           "races_found", "reset", "reference_file")
+
+
+def load(case: str) -> ModuleType:
+    """The kernel package of ``case``, checked to expose the whole surface."""
+    init = paths.kernel_dir(case) / "__init__.py"
+    if not init.exists():
+        raise CasebookError(init, None, f"no kernel package for case {case!r}")
+    module = importlib.import_module(f"kernels.{case}")
+    missing = [name for name in SURFACE if not callable(getattr(module, name, None))]
+    if missing:
+        raise CasebookError(init, missing[0], "the case plug-in does not define it")
+    return module

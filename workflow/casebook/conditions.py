@@ -1,0 +1,169 @@
+"""The six conditions of a figure, assembled from records: nothing here is typed by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from casebook import measure
+from casebook.evidence import Evidence
+from casebook.fmt import bytes_, seconds
+
+HEADINGS = {
+    "reference": "Reference",
+    "hardware_software": "Hardware and software",
+    "correctness": "Correctness",
+    "measurement": "Measurement",
+    "baseline": "Baseline",
+    "reproduction": "Reproduction",
+}
+
+
+def reference(ev: Evidence) -> list[str]:
+    ref = ev.spec["reference"]
+    version = ev.env["packages"].get(ref["package"], "not installed")
+    lines = [
+        f"Kernel: {ref['kernel']} ({ref['entry_point']})",
+        f"Source: {ref['repository']} · {ref['path']}",
+        f"Version: {ref['package']} {version}, as installed (environment record)",
+    ]
+    for variant, build in ev.builds.items():
+        digest = build["reference_source"]["sha256"]
+        lines.append(f"Source file as imported ({variant}): sha256 {digest[:16]}…")
+    lines.append(f"Port target: {ev.spec['target']}")
+    return lines
+
+
+def hardware_software(ev: Evidence) -> list[str]:
+    host, env = ev.host, ev.env
+    cpu = host["cpu"]
+    lines = []
+    for gpu in host["gpus"]:
+        extra = ", ".join(f"{k.replace('_', ' ')} {gpu[k]}" for k in ("sm_count",) if k in gpu)
+        lines.append(
+            f"GPU: {gpu['name']}, compute capability {gpu['compute_capability']}, "
+            f"{bytes_(gpu['memory_bytes'])}" + (f", {extra}" if extra else "")
+            + (f", L2 {bytes_(gpu['l2_cache_bytes'])}" if "l2_cache_bytes" in gpu else "")
+            + f"; driver {gpu['driver_version']}, CUDA {gpu['cuda_driver_version']}")
+    if not host["gpus"]:
+        lines.append(f"GPU: none ({host['gpu_status']})")
+    lines.append(f"CPU: {cpu['model']}, {cpu['usable_cores']} usable of "
+                 f"{cpu['logical_cores']} logical cores, {bytes_(cpu['memory_bytes'])} memory")
+    lines.append(f"Python {env['python']['version']} on {env['os']['platform']}")
+    packages = env["packages"]
+    shown = [ev.spec["reference"]["package"], "jaxlib", "numpy", "nvidia-cutlass-dsl"]
+    lines.append("Packages: " + ", ".join(f"{p} {packages[p]}" for p in dict.fromkeys(shown)
+                                           if p in packages))
+    lock = env["lock"]
+    state = ("matches the lock" if env["matches_lock"] else
+             f"DRIFT from the lock in {len(env['drift'])} package(s): " + ", ".join(
+                 f"{d['package']} {d['found'] or 'missing'} (locked {d['locked']})"
+                 for d in env["drift"][:6]))
+    lines.append(f"Environment {state}: {lock['file']} (sha256 {lock['sha256'][:16]}…)")
+    if env["tools"].get("nvcc"):
+        lines.append(f"nvcc: {env['tools']['nvcc']}")
+    return lines
+
+
+def correctness(ev: Evidence) -> list[str]:
+    if not ev.verify:
+        return ["Not verified on this target: no verification record"]
+    first = next(iter(ev.verify.values()))
+    lines = [f"Oracle: {first['oracle']}"]
+    for dtype, tol in ev.spec["tolerances"].items():
+        lines.append(f"Tolerance ({dtype}): |out − oracle| ≤ {tol['atol']:g} + "
+                     f"{tol['rtol']:g}·|oracle|, elementwise. Why: {tol['reason']}")
+    modes = {c["execution"]["mode"] for r in ev.verify.values() for c in r["checks"]
+             if "execution" in c}
+    lines.append("Checked in: " + "; ".join(sorted(modes)))
+    for (variant, point), record in ev.verify.items():
+        worst = record["worst_error_over_tolerance"]
+        verdict = "passed" if record["passed"] else "FAILED: " + "; ".join(record["failures"])
+        lines.append(
+            f"{variant} @ {point}: {verdict}; worst error "
+            + (f"{worst:.3g}× tolerance" if worst is not None else "undefined")
+            + f" (max |err| {record['max_abs_error']:.3g}), {record['trials']} random draws "
+            f"per mode, seed {record['seed']}, "
+            f"races found: {'yes' if record['races_found'] else 'no'}")
+    return lines
+
+
+def _measured_or_why(record: dict[str, Any]) -> str:
+    if not record["timed"]:
+        return f"not timed ({record['not_timed_reason']})"
+    m = record["measurement"]
+    return (f"median {seconds(m['median_s'])} [{seconds(m['ci_low_s'])}, "
+            f"{seconds(m['ci_high_s'])}] ({m['confidence']:.0%} CI), n={m['samples']}, "
+            f"noise {m['relative_noise']:.1%}, stopped: {m['stop_reason']}")
+
+
+def measurement(ev: Evidence) -> list[str]:
+    timed = {k: r for k, r in ev.time.items() if r["timed"]}
+    lines = []
+    if timed:
+        first = next(iter(timed.values()))
+        lines.append(f"Clock: {first['measurement']['clock']}")
+        lines.append(f"Execution: {first['execution']['mode']} on {ev.target.upper()}"
+                     + (" — interpret-mode host time, NOT GPU device time"
+                        if ev.interpreted else ""))
+        lines.append(f"Warm-up: {first['measurement']['warmup_calls']} calls discarded")
+    for (variant, point), record in ev.time.items():
+        lines.append(f"{variant} @ {point}: {_measured_or_why(record)}")
+    lines.append("Noise floor: the relative noise above is each measurement's own "
+                 "(1.4826·MAD/median); no per-host A/A floor is recorded yet")
+    return lines or ["Not measured on this target"]
+
+
+def comparisons(ev: Evidence) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(variant, baseline, point) -> ratio of medians with interval and verdict."""
+    out = {}
+    for (variant, point), record in ev.time.items():
+        if not record["timed"]:
+            continue
+        for (name, bpoint), base in ev.baselines.items():
+            if bpoint == point and base["timed"]:
+                out[variant, name, point] = measure.compare(
+                    record["measurement"], base["measurement"])
+    return out
+
+
+def baseline(ev: Evidence) -> list[str]:
+    lines = []
+    for entry in ev.spec["baselines"]:
+        role = {"without_work": "cost without the work",
+                "best_alternative": "best available alternative"}[entry["role"]]
+        lines.append(f"{entry['name']} ({role}): {entry['description'].strip()}")
+    for (name, point), record in ev.baselines.items():
+        lines.append(f"{name} @ {point}: {_measured_or_why(record)}")
+    for (variant, name, point), c in comparisons(ev).items():
+        lines.append(f"{name}/{variant} @ {point}: {c['verdict']}, ratio {c['speedup']:.2f}× "
+                     f"[{c['speedup_ci_low']:.2f}, {c['speedup_ci_high']:.2f}]")
+    return lines
+
+
+def reproduction(ev: Evidence) -> list[str]:
+    commits = sorted({r["commit"] for r in (*ev.verify.values(), *ev.time.values())}
+                     or {ev.env["commit"]})
+    lock = ev.env["lock"]
+    lines = [f"Project commit: {', '.join(commits)}",
+             f"Command: git checkout {commits[0].removesuffix('-dirty')} && make env "
+             f"LOCK={lock['platform']} && .venv/bin/snakemake --cores all --forceall "
+             f"--config target={ev.target} -- {ev.case}",
+             f"Pinned inputs: {lock['file']} (sha256 {lock['sha256'][:16]}…), "
+             f"case config and kernel sources sha256 {ev.current_sources_sha256[:16]}…"]
+    if any(c.endswith("-dirty") for c in commits):
+        lines.append("WARNING: made from a working tree with uncommitted changes")
+    if ev.stale:
+        lines.append("STALE: these records were made from other kernel sources than the "
+                     "current ones")
+    return lines
+
+
+def assemble(ev: Evidence) -> dict[str, list[str]]:
+    return {
+        "reference": reference(ev),
+        "hardware_software": hardware_software(ev),
+        "correctness": correctness(ev),
+        "measurement": measurement(ev),
+        "baseline": baseline(ev),
+        "reproduction": reproduction(ev),
+    }

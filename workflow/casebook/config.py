@@ -1,0 +1,109 @@
+"""Case configs: loaded, checked against their schemas, defaults filled in.
+
+The global config is validated by Snakemake's ``validate`` in the Snakefile; case files
+are checked here so that every error names the case file and the key.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from casebook import paths
+from casebook.errors import CasebookError
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator class that also fills in each property's ``default``."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in props.items():
+                if "default" in sub:
+                    instance.setdefault(key, sub["default"])
+        yield from validate_properties(validator, props, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": properties})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+@functools.cache
+def _schema(path: Path) -> dict[str, Any]:
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise CasebookError(path, None, "schema file is missing") from None
+
+
+def validate(path: object, data: Any, schema_path: Path, prefix: str = "") -> None:
+    """Check ``data`` (filling defaults); raise naming ``path`` and the bad key."""
+    error = jsonschema.exceptions.best_match(_Validator(_schema(schema_path)).iter_errors(data))
+    if error is None:
+        return
+    key = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        key, message = ".".join(filter(None, [key, unknown[0]])), "unknown key"
+    elif error.validator == "required":
+        missing = error.message.split("'")[1]
+        key, message = ".".join(filter(None, [key, missing])), "required key is missing"
+    else:
+        message = error.message
+    raise CasebookError(path, ".".join(filter(None, [prefix, key])) or "(top level)", message)
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise CasebookError(path, None, "file not found") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CasebookError(path, None, f"not valid YAML ({error})") from None
+
+
+def case_path(case_dir: str | Path, name: str) -> Path:
+    """The config file of case ``name``; ``case_dir`` is relative to the sources."""
+    return paths.SOURCE_ROOT / case_dir / f"{name}.yaml"
+
+
+def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
+    """The validated config of case ``name``, with defaults filled in."""
+    path = case_path(case_dir, name)
+    if not path.exists():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise CasebookError(path, None, f"unknown case {name!r} (known: {', '.join(known)})")
+    case = read_yaml(path)
+    validate(path, case, paths.CASE_SCHEMA)
+    if case["name"] != name:
+        raise CasebookError(path, "name", f"is {case['name']!r} but the file is {name}.yaml")
+    if not (paths.kernel_dir(name) / "__init__.py").exists():
+        raise CasebookError(path, "name", f"no kernel package {paths.kernel_dir(name)}/")
+    for group in ("variants", "points", "baselines"):
+        repeated = [n for n, c in Counter(i["name"] for i in case[group]).items() if c > 1]
+        if repeated:
+            raise CasebookError(path, group, f"name {repeated[0]!r} appears twice")
+    point_schema = paths.SCHEMA_DIR / "points" / f"{name}.schema.yaml"
+    for i, point in enumerate(case["points"]):
+        validate(path, point["params"], point_schema, prefix=f"points.{i}.params")
+        dtype = point["params"].get("dtype")
+        if dtype is not None and dtype not in case["tolerances"]:
+            raise CasebookError(path, f"points.{i}.params.dtype", f"no tolerance for {dtype!r}")
+    return case
+
+
+def find(items: list[dict[str, Any]], name: str, path: object, group: str) -> dict[str, Any]:
+    """The entry called ``name`` in a case's ``group`` list."""
+    for item in items:
+        if item["name"] == name:
+            return item
+    raise CasebookError(path, group, f"no entry named {name!r}")

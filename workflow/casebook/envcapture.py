@@ -1,0 +1,106 @@
+"""Condition 2 (software): the environment actually found, compared with its lock."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from casebook import paths, provenance
+from casebook.errors import CasebookError
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalisation, so ``PyYAML`` and ``pyyaml`` compare equal."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(path: Path) -> dict[str, str]:
+    """``{package: version}`` pinned by a hash-pinned requirements lock."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise CasebookError(path, None, "lock file not found") from None
+    pins = {}
+    for number, line in enumerate(lines, 1):
+        if not line or line[0] in " #\t-":
+            continue
+        match = _PIN.match(line)
+        if match is None:
+            raise CasebookError(path, f"line {number}", f"not a `name==version` pin: {line!r}")
+        pins[normalize(match[1])] = match[2]
+    if not pins:
+        raise CasebookError(path, None, "lock pins no package")
+    return pins
+
+
+def installed() -> dict[str, str]:
+    """``{package: version}`` of every distribution this interpreter can import."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(normalize(name), dist.version)
+    return dict(sorted(found.items()))
+
+
+def drift(locked: dict[str, str], found: dict[str, str]) -> list[dict[str, Any]]:
+    """Every locked package that is missing or at another version."""
+    return [
+        {"package": name, "locked": version, "found": found.get(name)}
+        for name, version in locked.items()
+        if found.get(name) != version
+    ]
+
+
+def _tool_version(tool: str) -> str | None:
+    exe = shutil.which(tool)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None
+
+
+def capture(lock_platform: str) -> dict[str, Any]:
+    """The environment record body for the lock of ``lock_platform`` (cpu or cuda)."""
+    lock = paths.lock_file(lock_platform)
+    locked = read_lock(lock)
+    found = installed()
+    mismatches = drift(locked, found)
+    return {
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "os": {"platform": platform.platform(), "libc": " ".join(platform.libc_ver())},
+        "lock": {
+            "platform": lock_platform,
+            "file": str(lock.relative_to(paths.SOURCE_ROOT)),
+            "sha256": provenance.file_sha256(lock),
+            "packages": len(locked),
+        },
+        "matches_lock": not mismatches,
+        "drift": mismatches,
+        "unlocked": sorted(set(found) - set(locked)),
+        "packages": found,
+        "tools": {"nvcc": _tool_version("nvcc")},
+    }
+
+
+def run(lock_platform: str, target: str, out: str) -> dict[str, Any]:
+    """Stage 1: write this machine's environment record."""
+    from casebook import records
+
+    return records.write(out, "env", {"target": target, **capture(lock_platform)})

@@ -1,0 +1,89 @@
+"""All records of one case on one target, read through the schema, in one object."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from casebook import paths, provenance, records
+
+
+@dataclasses.dataclass
+class Evidence:
+    case: str
+    target: str
+    spec: dict[str, Any]
+    env: dict[str, Any]
+    host: dict[str, Any]
+    builds: dict[str, dict[str, Any]]  # variant -> build record
+    verify: dict[tuple[str, str], dict[str, Any]]  # (variant, point) -> record
+    time: dict[tuple[str, str], dict[str, Any]]  # (variant, point) -> record
+    baselines: dict[tuple[str, str], dict[str, Any]]  # (baseline, point) -> record
+    sources: list[str]  # every record file read
+    current_sources_sha256: str
+
+    @property
+    def points(self) -> list[str]:
+        return [p["name"] for p in self.spec["points"]]
+
+    @property
+    def variants(self) -> list[str]:
+        return [v["name"] for v in self.spec["variants"]]
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.verify) and all(r["passed"] for r in self.verify.values())
+
+    @property
+    def stale(self) -> bool:
+        """Whether these records were made from other kernel sources than the current."""
+        made = {r["sources_sha256"] for r in (*self.verify.values(), *self.builds.values())}
+        return bool(made) and made != {self.current_sources_sha256}
+
+    @property
+    def interpreted(self) -> bool:
+        return any(r.get("execution", {}).get("interpret") for r in self.time.values())
+
+
+def gather(spec: dict[str, Any], case_path: Path, target: str,
+           must_exist: bool) -> Evidence:
+    """Read every record of ``spec``'s grid on ``target``.
+
+    ``must_exist`` (this machine's target) makes a missing record an error; records of
+    other targets are taken as found.
+    """
+    case = spec["name"]
+    sources: list[str] = []
+
+    def read(path: str, kind: str) -> dict[str, Any] | None:
+        if not must_exist and not Path(path).exists():
+            return None
+        sources.append(path)
+        return records.read(path, kind)
+
+    def grid(names: list[str], path_of, kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+        found = {}
+        for name in names:
+            for point in spec["points"]:
+                record = read(path_of(target, case, name, point["name"]), kind)
+                if record is not None:
+                    found[name, point["name"]] = record
+        return found
+
+    variants = [v["name"] for v in spec["variants"]]
+    env_path, host_path = paths.env_record(target), paths.host_record(target)
+    sources += [env_path, host_path]
+    env, host = records.read(env_path, "env"), records.read(host_path, "host")
+    builds = {v: read(paths.build_record(target, case, v), "build") for v in variants}
+    return Evidence(
+        case=case, target=target, spec=spec, env=env, host=host,
+        builds={v: b for v, b in builds.items() if b is not None},
+        verify=grid(variants, paths.verify_record, "verify"),
+        time=grid(variants, paths.time_record, "time"),
+        baselines=grid([b["name"] for b in spec["baselines"]], paths.baseline_record,
+                       "baseline"),
+        sources=sources,
+        current_sources_sha256=provenance.files_sha256(
+            [*provenance.kernel_sources(case), case_path]),
+    )

@@ -1,0 +1,116 @@
+"""Stage 7, figures: SVGs drawn from records, each with a six-condition sidecar.
+
+A figure is refused (the stage fails, naming the file and field) when a record fails its
+schema or a condition cannot be assembled; a timing figure is withheld when no point of
+the case passed verification, and the manifest says why.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from casebook import conditions, config, paths, records
+from casebook.evidence import Evidence, gather
+
+plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
+
+
+def face_label(ev: Evidence) -> str:
+    """What every figure says on its face about where its numbers come from."""
+    gpu = ev.host["gpus"][0]["name"] if ev.host["gpus"] else None
+    where = f"{ev.target.upper()} ({gpu})" if gpu else f"{ev.target.upper()} (no GPU)"
+    mode = "Pallas interpret mode on the host — not GPU time" if ev.interpreted else \
+        "device execution"
+    return f"{where} · {mode}"
+
+
+def _save(fig: plt.Figure, path: str) -> None:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    plt.close(fig)
+    records.atomic_write_text(path, buffer.getvalue())
+
+
+def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    labels, values, colours = [], [], []
+    for (variant, point), record in ev.verify.items():
+        worst = record["worst_error_over_tolerance"]
+        labels.append(f"{variant}\n{point}")
+        values.append(worst if worst is not None else float("nan"))
+        colours.append("#2a7f62" if record["passed"] else "#c0392b")
+    ax.bar(labels, values, color=colours)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="tolerance")
+    ax.set_yscale("log")
+    ax.set_ylabel("worst |error| / tolerance")
+    ax.legend(loc="upper right")
+    ax.set_title(f"Worst error against tolerance\n{face_label(ev)}")
+    _save(fig, path)
+    return {"title": "Worst error against tolerance",
+            "caption": "Largest elementwise error over all random draws, divided by the "
+                       "stated tolerance (below 1 passes); red bars failed."}
+
+
+def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    series: dict[str, dict[str, dict[str, Any]]] = {}
+    for (variant, point), record in ev.time.items():
+        if point in points and record["timed"]:
+            series.setdefault(variant, {})[point] = record["measurement"]
+    for (name, point), record in ev.baselines.items():
+        if point in points and record["timed"]:
+            series.setdefault(f"baseline: {name}", {})[point] = record["measurement"]
+    width = 0.8 / max(len(series), 1)
+    for i, (label, by_point) in enumerate(series.items()):
+        xs = [points.index(p) + (i - (len(series) - 1) / 2) * width for p in by_point]
+        ms = list(by_point.values())
+        medians = [m["median_s"] * 1e3 for m in ms]
+        errors = [[(m["median_s"] - m["ci_low_s"]) * 1e3 for m in ms],
+                  [(m["ci_high_s"] - m["median_s"]) * 1e3 for m in ms]]
+        ax.bar(xs, medians, width, yerr=errors, capsize=2, label=label)
+    ax.set_xticks(range(len(points)), points)
+    ax.set_yscale("log")
+    ax.set_ylabel("median time per call (ms), 95% CI")
+    ax.legend(fontsize=7)
+    ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev)}")
+    _save(fig, path)
+    return {"title": "Time per call, kernel and baselines",
+            "caption": "Median of the samples with its distribution-free confidence "
+                       "interval; only points that passed verification are shown."}
+
+
+def run(case_dir: str, case: str, target: str, local_target: str) -> dict[str, Any]:
+    spec = config.load_case(case_dir, case)
+    ev = gather(spec, config.case_path(case_dir, case), target,
+                must_exist=target == local_target)
+    six = conditions.assemble(ev)
+    drawn, withheld = [], []
+    verified_points = [p for p in ev.points
+                       if any(ev.verify.get((v, p), {}).get("passed") for v in ev.variants)]
+    plans = [("correctness", lambda path: correctness_figure(ev, path))]
+    if verified_points:
+        plans.append(("timing", lambda path: timing_figure(ev, path, verified_points)))
+    else:
+        withheld.append({"figure": "timing", "reason": (
+            "no point passed verification on this target: nothing is timed or published"
+            if ev.verify else "no verification records on this target")})
+    for name, draw in plans:
+        if name == "correctness" and not ev.verify:
+            withheld.append({"figure": name, "reason": "no verification records"})
+            continue
+        svg = paths.figure(case, target, name)
+        meta = draw(svg)
+        records.write(paths.sidecar(svg), "figure", {
+            "case": case, "target": target, "figure": name, **meta,
+            "svg": Path(svg).name, "conditions": six, "sources": ev.sources})
+        drawn.append(name)
+    return records.write(paths.figure_manifest(case, target), "manifest", {
+        "case": case, "target": target, "figures": drawn, "withheld": withheld,
+        "verified": ev.verified, "stale": ev.stale})

@@ -1,0 +1,129 @@
+"""Condition 2 (hardware): the host and its GPUs as found. No GPU is a fact, not a crash."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from casebook.errors import CasebookError
+
+# GPU product names -> the device classes results are keyed by.
+GPU_CLASSES = {"H100": "h100", "H200": "h200", "B200": "b200"}
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
+    except OSError:
+        match = None
+    return match[1].strip() if match else (platform.processor() or platform.machine())
+
+
+def cpu_facts() -> dict[str, Any]:
+    return {
+        "model": cpu_model(),
+        "architecture": platform.machine(),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "memory_bytes": psutil.virtual_memory().total,
+    }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_facts(nvml: Any = None, cudart: Any = None) -> tuple[list[dict[str, Any]], str | None]:
+    """``(gpus, reason)``: one dict per GPU, or no GPUs and the reason why none."""
+    if nvml is None:
+        import pynvml as nvml
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        return [], f"no GPU: NVML unavailable ({error})"
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        cuda_driver = nvml.nvmlSystemGetCudaDriverVersion()
+        gpus = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            gpus.append({
+                "index": index,
+                "name": _text(nvml.nvmlDeviceGetName(handle)),
+                "compute_capability": f"{major}.{minor}",
+                "memory_bytes": nvml.nvmlDeviceGetMemoryInfo(handle).total,
+                "max_sm_clock_mhz": nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM),
+                "max_memory_clock_mhz": nvml.nvmlDeviceGetMaxClockInfo(
+                    handle, nvml.NVML_CLOCK_MEM),
+                "driver_version": driver,
+                "cuda_driver_version": f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}",
+                **_runtime_facts(index, cudart),
+            })
+    except nvml.NVMLError as error:
+        return [], f"no GPU: NVML query failed ({error})"
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+    return gpus, None if gpus else "no GPU: NVML found no device"
+
+
+def _runtime_facts(index: int, cudart: Any = None) -> dict[str, Any]:
+    """SM count, L2 size and runtime version from the CUDA runtime (cuda-python)."""
+    if cudart is None:
+        from cuda.bindings import runtime as cudart
+    try:
+        err, version = cudart.cudaRuntimeGetVersion()
+        err_props, props = cudart.cudaGetDeviceProperties(index)
+    except RuntimeError as error:
+        return {"cuda_runtime_error": str(error)}
+    if int(err) or int(err_props):
+        return {"cuda_runtime_error": f"{err}, {err_props}"}
+    return {
+        "sm_count": props.multiProcessorCount,
+        "l2_cache_bytes": props.l2CacheSize,
+        "cuda_runtime_version": f"{version // 1000}.{version % 1000 // 10}",
+    }
+
+
+def device_class(gpus: list[dict[str, Any]]) -> str:
+    """``cpu`` with no GPU, else the class of GPU 0 (e.g. ``h200``)."""
+    if not gpus:
+        return "cpu"
+    name = gpus[0]["name"]
+    for product, target in GPU_CLASSES.items():
+        if product in name:
+            return target
+    raise CasebookError("configs/config.yaml", "target",
+                        f"unknown GPU {name!r}: set target to one of cpu, h100, h200, b200")
+
+
+def capture() -> dict[str, Any]:
+    """The host record body."""
+    gpus, reason = gpu_facts()
+    return {
+        "hostname": platform.node(),
+        "cpu": cpu_facts(),
+        "gpus": gpus,
+        "gpu_status": reason or f"{len(gpus)} GPU(s)",
+        "device_class": device_class(gpus),
+    }
+
+
+def run(target: str, out: str) -> dict[str, Any]:
+    """Stage 2: write the host record; refuse a GPU target this host does not have."""
+    from casebook import records
+
+    body = capture()
+    if target != "cpu" and body["device_class"] != target:
+        raise CasebookError("configs/config.yaml", "target",
+                            f"is {target!r} but this host is {body['device_class']!r} "
+                            f"({body['gpu_status']})")
+    return records.write(out, "host", {"target": target, **body})

@@ -1,0 +1,114 @@
+"""Every file name the pipeline reads or writes, in one place.
+
+Results are keyed by target (the device class that produced them) and case, as asv keeps
+one results folder per machine::
+
+    results/<target>/env.json                                  environment as found
+    results/<target>/host.json                                 hardware as found
+    results/<target>/<case>/build/<variant>.json               what was built
+    results/<target>/<case>/verify/<variant>/<point>.json      oracle check
+    results/<target>/<case>/time/<variant>/<point>.json        measurement
+    results/<target>/<case>/time/<variant>/<point>.samples.csv raw samples
+    results/<target>/<case>/baseline/<baseline>/<point>.json   baseline measurement
+    results/figures/<case>/<target>/<figure>.svg (+ .json)     figures and their sidecars
+    results/figures/<case>/<target>/figures.json               what was drawn, or withheld
+    site/public/index.html, site/public/<case>.html            the site
+
+Paths are relative to the working directory (Snakemake's ``--directory``); sources
+(configs, schemas, kernels, templates) are relative to SOURCE_ROOT. Functions accept
+Snakemake wildcard strings such as ``"{target}"`` as well as concrete names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = SOURCE_ROOT / "configs" / "schemas"
+RECORD_SCHEMA = SCHEMA_DIR / "records.schema.yaml"
+CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
+CASE_SCHEMA = SCHEMA_DIR / "case.schema.yaml"
+ENV_DIR = SOURCE_ROOT / "env"
+KERNELS_DIR = SOURCE_ROOT / "kernels"
+TEMPLATE_DIR = SOURCE_ROOT / "site" / "templates"
+STATIC_DIR = SOURCE_ROOT / "site" / "static"
+
+RESULTS = "results"
+FIGURES = f"{RESULTS}/figures"
+SITE = "site/public"
+LOGS = "logs"
+
+
+def lock_file(platform: str) -> Path:
+    """The hash-pinned lock of one platform (``cpu`` or ``cuda``)."""
+    return ENV_DIR / f"{platform}.lock"
+
+
+def kernel_dir(case: str) -> Path:
+    return KERNELS_DIR / case
+
+
+def target_dir(target: str) -> str:
+    return f"{RESULTS}/{target}"
+
+
+def env_record(target: str) -> str:
+    return f"{RESULTS}/{target}/env.json"
+
+
+def host_record(target: str) -> str:
+    return f"{RESULTS}/{target}/host.json"
+
+
+def build_record(target: str, case: str, variant: str) -> str:
+    return f"{RESULTS}/{target}/{case}/build/{variant}.json"
+
+
+def verify_record(target: str, case: str, variant: str, point: str) -> str:
+    return f"{RESULTS}/{target}/{case}/verify/{variant}/{point}.json"
+
+
+def time_record(target: str, case: str, variant: str, point: str) -> str:
+    return f"{RESULTS}/{target}/{case}/time/{variant}/{point}.json"
+
+
+def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
+    return f"{RESULTS}/{target}/{case}/baseline/{baseline}/{point}.json"
+
+
+def samples_table(record: str) -> str:
+    """The raw-sample table kept beside a time or baseline record."""
+    return record.removesuffix(".json") + ".samples.csv"
+
+
+def figure_dir(case: str, target: str) -> str:
+    return f"{FIGURES}/{case}/{target}"
+
+
+def figure_manifest(case: str, target: str) -> str:
+    return f"{FIGURES}/{case}/{target}/figures.json"
+
+
+def figure(case: str, target: str, name: str) -> str:
+    return f"{FIGURES}/{case}/{target}/{name}.svg"
+
+
+def sidecar(figure_path: str) -> str:
+    return figure_path.removesuffix(".svg") + ".json"
+
+
+def present_targets() -> list[str]:
+    """Targets with a host record under results/: this machine's and any committed."""
+    return sorted(p.parent.name for p in Path(RESULTS).glob("*/host.json"))
+
+
+def site_index() -> str:
+    return f"{SITE}/index.html"
+
+
+def site_page(case: str) -> str:
+    return f"{SITE}/{case}.html"
+
+
+def log(stage: str, *keys: str) -> str:
+    return f"{LOGS}/{stage}/" + "/".join(keys) + ".log"

@@ -1,0 +1,53 @@
+"""Where a record came from: the project commit and content hashes of its inputs."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from casebook import paths
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(paths.SOURCE_ROOT), *args],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.cache
+def commit() -> str:
+    """The project commit, with ``-dirty`` when tracked files differ from it."""
+    head = _git("rev-parse", "HEAD")
+    if head is None:
+        return "unknown (not a git checkout)"
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return f"{head}-dirty" if dirty else head
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def files_sha256(files: Iterable[str | Path], root: Path = paths.SOURCE_ROOT) -> str:
+    """One hash over the names (relative to ``root``, else bare) and contents of ``files``."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(f).resolve() for f in files):
+        name = path.relative_to(root) if path.is_relative_to(root) else path.name
+        digest.update(str(name).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def kernel_sources(case: str) -> list[Path]:
+    """The files whose change must rerun a case: its package and the shared modules."""
+    own = (p for p in paths.kernel_dir(case).rglob("*")
+           if p.is_file() and "__pycache__" not in p.parts)
+    return sorted([*paths.KERNELS_DIR.glob("*.py"), *own])

@@ -1,0 +1,17 @@
+# Stage 6: the baselines named in the case config, checked and measured like the kernel.
+
+
+rule baseline:
+    input:
+        case_inputs,
+    output:
+        record=paths.baseline_record("{target}", "{case}", "{baseline}", "{point}"),
+        samples=paths.samples_table(paths.baseline_record("{target}", "{case}", "{baseline}", "{point}")),
+    params:
+        case_dir=config["case_dir"],
+        measurement=config["measurement"],
+    log:
+        paths.log("baseline", "{target}", "{case}", "{baseline}", "{point}"),
+    threads: workflow.cores
+    script:
+        "../scripts/baseline.py"

@@ -1,0 +1,14 @@
+# Stage 3: lower/compile each variant at every point of the case's grid.
+
+
+rule build:
+    input:
+        case_inputs,
+    output:
+        paths.build_record("{target}", "{case}", "{variant}"),
+    params:
+        case_dir=config["case_dir"],
+    log:
+        paths.log("build", "{target}", "{case}", "{variant}"),
+    script:
+        "../scripts/build.py"

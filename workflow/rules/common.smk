@@ -1,0 +1,93 @@
+# Shared by every stage: the validated cases, this machine's target, input functions.
+import os
+import re
+import sys
+
+sys.path[:0] = [os.path.join(workflow.basedir, "workflow"), workflow.basedir]
+# Scripts run as separate interpreters: they find the library through PYTHONPATH.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [*sys.path[:2], *filter(None, [os.environ.get("PYTHONPATH")])]
+)
+
+from snakemake.utils import validate
+
+from casebook import config as case_config, hostcapture, paths, provenance
+from casebook.errors import CasebookError
+
+try:
+    # One line naming the key first; then Snakemake's own validate fills in defaults.
+    sources = [*map(str, workflow.configfiles)]
+    if workflow.config_settings.overwrite_config:
+        sources.append("--config")
+    case_config.validate(" + ".join(sources), config, paths.CONFIG_SCHEMA)
+    validate(config, str(paths.CONFIG_SCHEMA))
+    CASES = {name: case_config.load_case(config["case_dir"], name) for name in config["cases"]}
+    TARGET = (
+        config["target"]
+        if config["target"] != "auto"
+        else hostcapture.device_class(hostcapture.gpu_facts()[0])
+    )
+except CasebookError as error:
+    raise WorkflowError(f"casebook: {error}") from None
+
+# Records of other targets (committed from other machines) are inputs, never outputs.
+TARGETS = sorted(set(paths.present_targets()) | {TARGET})
+LOCK_PLATFORM = "cpu" if TARGET == "cpu" else "cuda"
+
+
+def _names(group):
+    return "|".join(sorted({i["name"] for c in CASES.values() for i in c[group]}))
+
+
+wildcard_constraints:
+    target=re.escape(TARGET),
+    shown_target="|".join(map(re.escape, TARGETS)),
+    case="|".join(CASES),
+    variant=_names("variants"),
+    point=_names("points"),
+    baseline=_names("baselines"),
+
+
+def case_file(wildcards):
+    return str(case_config.case_path(config["case_dir"], wildcards.case))
+
+
+def case_inputs(wildcards):
+    """What a case's records depend on: its config, its kernel sources, the environment."""
+    return [
+        case_file(wildcards),
+        *map(str, provenance.kernel_sources(wildcards.case)),
+        paths.env_record(TARGET),
+        paths.host_record(TARGET),
+    ]
+
+
+def case_records(case):
+    """Every record this machine produces for ``case``."""
+    spec, t = CASES[case], TARGET
+    out = [paths.build_record(t, case, v["name"]) for v in spec["variants"]]
+    for p in spec["points"]:
+        for v in spec["variants"]:
+            out += [
+                paths.verify_record(t, case, v["name"], p["name"]),
+                paths.time_record(t, case, v["name"], p["name"]),
+            ]
+        out += [paths.baseline_record(t, case, b["name"], p["name"]) for b in spec["baselines"]]
+    return out
+
+
+def case_manifests(case):
+    return [paths.figure_manifest(case, t) for t in TARGETS]
+
+
+def figure_inputs(wildcards):
+    if wildcards.shown_target == TARGET:
+        return case_records(wildcards.case)
+    # Another machine's records: rendered as found, never regenerated.
+    target = wildcards.shown_target
+    found = Path(paths.target_dir(target), wildcards.case).rglob("*.json")
+    return [paths.env_record(target), paths.host_record(target), *sorted(map(str, found))]
+
+
+def final_outputs():
+    return [paths.site_index(), *(paths.site_page(case) for case in CASES)]

@@ -1,0 +1,19 @@
+# Stage 5: time the verified kernel; a point that failed verification is never timed.
+
+
+rule time:
+    input:
+        case_inputs,
+        verify=paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
+    output:
+        record=paths.time_record("{target}", "{case}", "{variant}", "{point}"),
+        samples=paths.samples_table(paths.time_record("{target}", "{case}", "{variant}", "{point}")),
+    params:
+        case_dir=config["case_dir"],
+        measurement=config["measurement"],
+    log:
+        paths.log("time", "{target}", "{case}", "{variant}", "{point}"),
+    # A measurement takes every core, so no other job runs beside it.
+    threads: workflow.cores
+    script:
+        "../scripts/time.py"

@@ -1,0 +1,15 @@
+# Stage 4: the kernel against the float64 oracle on fresh seeded inputs.
+
+
+rule verify:
+    input:
+        case_inputs,
+        build=paths.build_record("{target}", "{case}", "{variant}"),
+    output:
+        paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
+    params:
+        case_dir=config["case_dir"],
+    log:
+        paths.log("verify", "{target}", "{case}", "{variant}", "{point}"),
+    script:
+        "../scripts/verify.py"

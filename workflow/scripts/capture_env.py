@@ -1,0 +1,7 @@
+"""Snakemake script: stage 1, this machine's environment record."""
+
+from casebook import envcapture
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    envcapture.run(snakemake.params.lock_platform, snakemake.wildcards.target, snakemake.output[0])

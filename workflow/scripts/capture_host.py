@@ -1,0 +1,7 @@
+"""Snakemake script: stage 2, this machine's host record."""
+
+from casebook import hostcapture
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    hostcapture.run(snakemake.wildcards.target, snakemake.output[0])

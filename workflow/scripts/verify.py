@@ -1,0 +1,8 @@
+"""Snakemake script: stage 4, verify one variant at one point against the oracle."""
+
+from casebook import verify
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    w = snakemake.wildcards
+    verify.run(snakemake.params.case_dir, w.case, w.variant, w.point, w.target, snakemake.output[0])
