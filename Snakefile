@@ -1,6 +1,7 @@
 """casebook: GPU kernel case studies whose every figure carries its six conditions.
 
-pinned environment -> host -> build -> verify -> time -> baseline -> figures -> site.
+pinned environment -> host -> build -> verify -> noise floor -> time -> baseline -> figures
+-> site.
 Records go to results/<target>/..., figures to results/figures/, pages to site/public/
 (the whole scheme: workflow/casebook/paths.py). `snakemake <case>` runs one case.
 """
@@ -19,6 +20,7 @@ include: "workflow/rules/env.smk"
 include: "workflow/rules/host.smk"
 include: "workflow/rules/build.smk"
 include: "workflow/rules/verify.smk"
+include: "workflow/rules/noise.smk"
 include: "workflow/rules/time.smk"
 include: "workflow/rules/baseline.smk"
 include: "workflow/rules/figures.smk"

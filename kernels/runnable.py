@@ -2,7 +2,9 @@
 
 The pipeline never imports a framework for a case; it calls ``prepare`` once per input
 set (host arrays -> device arrays), ``call`` to launch, ``sync`` to wait for completion
-and ``fetch`` to bring an output back as a numpy array.
+and ``fetch`` to bring an output back as a numpy array. Two optional facts help the
+timer: ``stream``, the device stream handle the work is enqueued on (CUDA events are
+recorded there), and ``barrier``, a wait for all work on every stream of the device.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ class Runnable(NamedTuple):
     sync: Callable[[Any], None]
     fetch: Callable[[Any], np.ndarray]
     execution: dict[str, Any]  # how it runs: mode, interpret, poisoned, race_detection
+    stream: Any = None  # the stream ``call`` enqueues on; None: the framework chooses
+    barrier: Callable[[], None] | None = None  # drains every stream, not just the output's
 
 
 def from_jax(fn: Callable[..., Any], names: tuple[str, ...], execution: dict[str, Any]) -> Runnable:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import re
@@ -15,13 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook import conditions, paths
+from casebook import conditions, fmt, paths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SOURCES = ["Snakefile", "workflow", "kernels", "configs", "site", "env"]
-MEASUREMENT = {"warmup_calls": 1, "min_samples": 5, "max_samples": 8, "min_time_s": 0.001,
-               "max_time_s": 5, "confidence": 0.9}
+# A loose target and few A/A rounds keep the run short; the protocol is the real one.
+MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.05,
+               "min_samples": 5, "min_time_s": 0.001, "timeout_s": 5, "confidence": 0.9,
+               "noise_floor": {"size": 64, "rounds": 4, "quantile": 0.75}}
 
 
 def tiny_case(tolerance_scale: float = 1.0) -> dict:
@@ -127,6 +130,39 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert "CPU interpret-mode numbers" in page.read_text()
     assert "not GPU time" in (project / "results/figures/splash_attention/cpu/timing.svg"
                               ).read_text()
+
+
+def test_every_measured_figure_shows_how_it_was_measured(project):
+    """Median, interval, sample count, stopping reason, clock and noise floor, each from
+    the records, on the page and in every figure's conditions."""
+    floor = json.loads((project / "results/cpu/noise_floor.json").read_text())
+    page = (project / "site/public/splash_attention.html").read_text()
+    records = [json.loads(p.read_text()) for p in
+               (project / "results/cpu/splash_attention").glob("*/*/*.json")
+               if p.parent.parent.name in ("time", "baseline")]
+    measured = [r["measurement"] for r in records if r["timed"]]
+    assert len(measured) == len(records) == 3  # the kernel and two baselines, one point
+    floor_text = f"±{floor['noise_floor']:.1%}"
+    assert floor_text in page
+    for m in measured:
+        for shown in (fmt.seconds(m["median_s"]), fmt.seconds(m["ci_low_s"]),
+                      fmt.seconds(m["ci_high_s"]), m["stop_reason"], m["clock_kind"],
+                      m["cache"]["description"]):
+            assert html.escape(str(shown), quote=False) in page, shown
+        assert f"n={m['samples']}" in page
+        samples = (project / m["samples_file"]).read_text().splitlines()
+        assert len(samples) == 1 + m["samples"] + m["throttling"]["discarded"]
+    sidecar = json.loads(
+        (project / "results/figures/splash_attention/cpu/timing.json").read_text())
+    assert any(floor_text in line for line in sidecar["conditions"]["measurement"])
+    assert any(floor_text in line for line in sidecar["conditions"]["baseline"])
+    verdicts = [line for line in sidecar["conditions"]["baseline"] if " against " in line]
+    assert len(verdicts) == 2
+    for line in verdicts:
+        # A ratio is printed only with a verdict whose interval clears the floor.
+        assert line.split(": ")[1].split(" ")[0].rstrip(":") in (
+            "FASTER", "SLOWER", "SAME", "AMBIGUOUS")
+        assert ("×" in line) == line.split(": ")[1].startswith(("FASTER", "SLOWER"))
 
 
 def test_second_run_does_nothing(project):

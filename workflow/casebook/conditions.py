@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import measure
 from casebook.evidence import Evidence
 from casebook.fmt import bytes_, seconds
+from casebook.measure import stats
 
 HEADINGS = {
     "reference": "Reference",
@@ -91,39 +91,79 @@ def _measured_or_why(record: dict[str, Any]) -> str:
     if not record["timed"]:
         return f"not timed ({record['not_timed_reason']})"
     m = record["measurement"]
+    kernel = (f", kernels alone {seconds(m['kernel_median_s'])} (launch overhead "
+              f"{seconds(m['launch_overhead_median_s'])} apart)" if "kernel_median_s" in m
+              else "")
     return (f"median {seconds(m['median_s'])} [{seconds(m['ci_low_s'])}, "
             f"{seconds(m['ci_high_s'])}] ({m['confidence']:.0%} CI), n={m['samples']}, "
-            f"noise {m['relative_noise']:.1%}, stopped: {m['stop_reason']}")
+            f"noise {m['relative_noise']:.1%}{kernel}; clock {m['clock_kind']}; "
+            f"stopped by {m['stop_criterion']}: {m['stop_reason']}; "
+            f"{m['throttling']['discarded']} throttled samples discarded")
+
+
+def floor_text(ev: Evidence) -> str:
+    """The host's noise floor in one line, or that none is recorded."""
+    nf = ev.noise_floor
+    if nf is None:
+        return ("Noise floor: none recorded for this host, so no speedup is printed "
+                "(verdicts only)")
+    return (f"Noise floor: ±{nf['noise_floor']:.1%} — the minimum detectable effect on this "
+            f"host ({nf['quantile']:.0%} quantile of |ln A/A′| over {nf['rounds']} "
+            f"interleaved A/A rounds of a {nf['workload']}, {seconds(nf['median_s'])} per "
+            f"call, {nf['clock_kind']} clock)")
 
 
 def measurement(ev: Evidence) -> list[str]:
-    timed = {k: r for k, r in ev.time.items() if r["timed"]}
+    timed = {k: r for k, r in [*ev.time.items(), *ev.baselines.items()] if r["timed"]}
     lines = []
     if timed:
-        first = next(iter(timed.values()))
-        lines.append(f"Clock: {first['measurement']['clock']}")
-        lines.append(f"Execution: {first['execution']['mode']} on {ev.target.upper()}"
-                     + (" — interpret-mode host time, NOT GPU device time"
-                        if ev.interpreted else ""))
-        lines.append(f"Warm-up: {first['measurement']['warmup_calls']} calls discarded")
+        first = next(iter(timed.values()))["measurement"]
+        lines.append(f"Clock: {first['clock']}")
+        interpreted = next((r for r in ev.time.values() if r["timed"]), None)
+        if interpreted is not None:
+            lines.append(f"Execution: {interpreted['execution']['mode']} on "
+                         f"{ev.target.upper()}" + (" — interpret-mode host time, NOT GPU "
+                                                   "device time" if ev.interpreted else ""))
+        lines.append(f"Warm-up: {first['warmup_calls']} calls discarded")
+        lines.append(f"Cache state: {first['cache']['description']}")
+        lines.append(f"Throttling: {first['throttling']['description']}")
+        lines.append("Guards passed (call returning early, work on an unseen stream, "
+                     "result reused across samples): " + "; ".join(
+                         f"{name.replace('_', ' ')}: {g['detail']}"
+                         for name, g in first["guards"].items()))
     for (variant, point), record in ev.time.items():
         lines.append(f"{variant} @ {point}: {_measured_or_why(record)}")
-    lines.append("Noise floor: the relative noise above is each measurement's own "
-                 "(1.4826·MAD/median); no per-host A/A floor is recorded yet")
-    return lines or ["Not measured on this target"]
+    lines.append(floor_text(ev))
+    return lines
 
 
-def comparisons(ev: Evidence) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """(variant, baseline, point) -> ratio of medians with interval and verdict."""
+def comparisons(ev: Evidence) -> dict[tuple[str, str, str], stats.Comparison]:
+    """(variant, baseline, point) -> speedup of the variant over the baseline, judged
+    against the host's noise floor."""
+    floor = ev.noise_floor["noise_floor"] if ev.noise_floor else None
     out = {}
     for (variant, point), record in ev.time.items():
         if not record["timed"]:
             continue
         for (name, bpoint), base in ev.baselines.items():
             if bpoint == point and base["timed"]:
-                out[variant, name, point] = measure.compare(
-                    record["measurement"], base["measurement"])
+                out[variant, name, point] = stats.compare(
+                    ev.time_samples(variant, point), ev.baseline_samples(name, point),
+                    record["measurement"]["confidence"], floor)
     return out
+
+
+def comparison_text(c: stats.Comparison) -> str:
+    """A speedup with its interval only when the interval clears the floor; else why not."""
+    if c.printable:
+        return (f"{c.verdict}: {c.speedup:.2f}× [{c.low:.2f}, {c.high:.2f}] (bootstrap "
+                f"interval of the ratio of medians, clear of the ±{c.floor:.1%} floor)")
+    if c.floor is None:
+        return f"{c.verdict} (no noise floor recorded for this host: no speedup printed)"
+    if c.verdict == stats.SAME:
+        return f"SAME (the whole interval lies inside the ±{c.floor:.1%} noise floor)"
+    return (f"{c.verdict} (the interval reaches inside the ±{c.floor:.1%} noise floor: no "
+            f"speedup printed)")
 
 
 def baseline(ev: Evidence) -> list[str]:
@@ -135,8 +175,8 @@ def baseline(ev: Evidence) -> list[str]:
     for (name, point), record in ev.baselines.items():
         lines.append(f"{name} @ {point}: {_measured_or_why(record)}")
     for (variant, name, point), c in comparisons(ev).items():
-        lines.append(f"{name}/{variant} @ {point}: {c['verdict']}, ratio {c['speedup']:.2f}× "
-                     f"[{c['speedup_ci_low']:.2f}, {c['speedup_ci_high']:.2f}]")
+        lines.append(f"{variant} against {name} @ {point}: {comparison_text(c)}")
+    lines.append(floor_text(ev))
     return lines
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from casebook import paths, provenance, records
+from casebook.measure import table
 
 
 @dataclasses.dataclass
@@ -20,6 +21,7 @@ class Evidence:
     verify: dict[tuple[str, str], dict[str, Any]]  # (variant, point) -> record
     time: dict[tuple[str, str], dict[str, Any]]  # (variant, point) -> record
     baselines: dict[tuple[str, str], dict[str, Any]]  # (baseline, point) -> record
+    noise_floor: dict[str, Any] | None  # the host's A/A record; None: none recorded
     sources: list[str]  # every record file read
     current_sources_sha256: str
 
@@ -40,6 +42,14 @@ class Evidence:
         """Whether these records were made from other kernel sources than the current."""
         made = {r["sources_sha256"] for r in (*self.verify.values(), *self.builds.values())}
         return bool(made) and made != {self.current_sources_sha256}
+
+    def time_samples(self, variant: str, point: str) -> list[float]:
+        return table.kept_seconds(paths.samples_table(
+            paths.time_record(self.target, self.case, variant, point)))
+
+    def baseline_samples(self, baseline: str, point: str) -> list[float]:
+        return table.kept_seconds(paths.samples_table(
+            paths.baseline_record(self.target, self.case, baseline, point)))
 
     @property
     def interpreted(self) -> bool:
@@ -83,6 +93,7 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
         time=grid(variants, paths.time_record, "time"),
         baselines=grid([b["name"] for b in spec["baselines"]], paths.baseline_record,
                        "baseline"),
+        noise_floor=read(paths.noise_floor_record(target), "noise_floor"),
         sources=sources,
         current_sources_sha256=provenance.files_sha256(
             [*provenance.kernel_sources(case), case_path]),

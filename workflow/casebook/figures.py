@@ -79,11 +79,17 @@ def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
     ax.set_yscale("log")
     ax.set_ylabel("median time per call (ms), 95% CI")
     ax.legend(fontsize=7)
-    ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev)}")
+    floor = (f"noise floor ±{ev.noise_floor['noise_floor']:.1%} (A/A)" if ev.noise_floor
+             else "no noise floor recorded")
+    ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev)} · {floor}")
     _save(fig, path)
+    verdicts = "; ".join(f"{variant} against {name} @ {point}: "
+                         f"{conditions.comparison_text(c)}"
+                         for (variant, name, point), c in conditions.comparisons(ev).items())
     return {"title": "Time per call, kernel and baselines",
             "caption": "Median of the samples with its distribution-free confidence "
-                       "interval; only points that passed verification are shown."}
+                       "interval; only points that passed verification are shown. "
+                       + (f"Comparisons: {verdicts}." if verdicts else "")}
 
 
 def run(case_dir: str, case: str, target: str, local_target: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ one results folder per machine::
 
     results/<target>/env.json                                  environment as found
     results/<target>/host.json                                 hardware as found
+    results/<target>/noise_floor.json                          the host's A/A noise floor
     results/<target>/<case>/build/<variant>.json               what was built
     results/<target>/<case>/verify/<variant>/<point>.json      oracle check
     results/<target>/<case>/time/<variant>/<point>.json        measurement
@@ -58,6 +59,10 @@ def env_record(target: str) -> str:
 
 def host_record(target: str) -> str:
     return f"{RESULTS}/{target}/host.json"
+
+
+def noise_floor_record(target: str) -> str:
+    return f"{RESULTS}/{target}/noise_floor.json"
 
 
 def build_record(target: str, case: str, variant: str) -> str:

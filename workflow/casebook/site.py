@@ -44,10 +44,23 @@ def _timing_table(ev: Evidence) -> str:
         m = record.get("measurement")
         rows.append({"what": name, "point": point,
                      "median": fmt.seconds(m["median_s"]) if m else "not timed",
-                     "95% CI": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])}"
-                     if m else "—",
+                     "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])}"
+                     f" ({m['confidence']:.0%})" if m else record.get("not_timed_reason", "—"),
                      "samples": m["samples"] if m else 0,
-                     "noise": f"{m['relative_noise']:.1%}" if m else "—"})
+                     "noise": f"{m['relative_noise']:.1%}" if m else "—",
+                     "stopped by": f"{m['stop_criterion']}: {m['stop_reason']}" if m else "—",
+                     "clock": m["clock_kind"] if m else "—",
+                     "cache": m["cache"]["mode"] if m else "—",
+                     "throttled (discarded)": m["throttling"]["discarded"] if m else "—",
+                     "noise floor": (f"±{ev.noise_floor['noise_floor']:.1%}"
+                                     if ev.noise_floor else "none recorded")})
+    return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
+
+
+def _comparison_table(ev: Evidence) -> str:
+    rows = [{"kernel": variant, "baseline": name, "point": point,
+             "verdict": c.verdict, "speedup": conditions.comparison_text(c)}
+            for (variant, name, point), c in conditions.comparisons(ev).items()]
     return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
 
 
@@ -67,6 +80,7 @@ def _target_section(spec: dict[str, Any], case_path: Path, target: str,
     return {"target": target, "status": status.line(ev), "figures": figures,
             "withheld": manifest["withheld"], "failures": failures,
             "verify_table": _verify_table(ev), "timing_table": _timing_table(ev),
+            "comparison_table": _comparison_table(ev), "noise_floor": conditions.floor_text(ev),
             "stale": ev.stale}
 
 

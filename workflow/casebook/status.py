@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from casebook import conditions
 from casebook.evidence import Evidence
+from casebook.measure import stats
 
 
 def line(ev: Evidence) -> str:
@@ -28,11 +29,13 @@ def line(ev: Evidence) -> str:
     else:
         parts.append("not measured on GPU")
     verdicts = conditions.comparisons(ev)
-    faster = [(c["speedup"], name) for (_, name, _), c in verdicts.items()
-              if c["verdict"] == "FASTER"]
+    # Only speedups whose whole interval clears the noise floor are ever printed.
+    faster = [(c.speedup, name) for (_, name, _), c in verdicts.items()
+              if c.printable and c.verdict == stats.FASTER]
     if faster:
         best = max(faster)
-        parts.append(f"up to {best[0]:.2f}× faster than {best[1]}")
+        parts.append(f"up to {best[0]:.2f}× faster than {best[1]} (outside the "
+                     f"±{ev.noise_floor['noise_floor']:.1%} noise floor)")
     if ev.stale:
         parts.append("STALE records")
     return " · ".join(parts)

@@ -7,41 +7,39 @@ that computes something else cannot win.
 
 from __future__ import annotations
 
-import csv
-import io
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, measure, provenance, records, verify
+from casebook import cases, config, paths, provenance, records, verify
+from casebook.errors import CasebookError
+from casebook.measure import engine, guards, noise, table
 from kernels.runnable import Runnable
 
 
-def protocol(settings: dict[str, Any]) -> measure.Protocol:
-    return measure.Protocol(**settings)
+def settings_of(measurement: dict[str, Any]) -> engine.Settings:
+    """The engine's settings from the config's ``measurement`` block (noise keys aside)."""
+    keys = {f.name for f in dataclasses.fields(engine.Settings)}
+    try:
+        return engine.Settings(**{k: v for k, v in measurement.items() if k in keys})
+    except ValueError as error:
+        raise CasebookError(paths.CONFIG_SCHEMA, "measurement", str(error)) from None
 
 
-def _write_samples(path: str, samples: list[float]) -> None:
-    table = io.StringIO()
-    writer = csv.writer(table, lineterminator="\n")
-    writer.writerow(["sample", "seconds"])
-    writer.writerows(enumerate(samples))
-    records.atomic_write_text(path, table.getvalue())
-
-
-def _measure(runnable: Runnable, inputs: dict[str, np.ndarray], settings: dict[str, Any],
-             samples_path: str) -> dict[str, Any]:
-    args = runnable.prepare(inputs)
-    samples, reason = measure.sample(lambda: runnable.sync(runnable.call(*args)),
-                                     protocol(settings))
-    _write_samples(samples_path, samples)
-    return {
-        "clock": measure.CLOCK,
-        "warmup_calls": settings["warmup_calls"],
-        "stop_reason": reason,
-        "samples_file": samples_path,
-        **measure.summarize(samples, settings["confidence"]),
-    }
+def _measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
+             seed: int, samples_path: str) -> dict[str, Any]:
+    """The engine's measurement and its samples table, or why none could be made."""
+    settings = settings_of(measurement)
+    try:
+        result = engine.measure(engine.Workload(runnable, make_inputs), settings, cache_mode,
+                                seed, engine.Devices.find())
+    except guards.Unmeasurable as error:
+        table.write(samples_path, [])
+        return {"timed": False, "not_timed_reason": f"not measurable: {error}"}
+    table.write(samples_path, result.rows)
+    return {"timed": True, "measurement": {
+        **result.summary(settings.confidence), "samples_file": samples_path}}
 
 
 def _context(case_dir: str, case: str, point: str):
@@ -54,7 +52,7 @@ def _context(case_dir: str, case: str, point: str):
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 settings: dict[str, Any], verify_path: str, out: str,
                 samples_path: str) -> dict[str, Any]:
-    _spec, path, params, plugin = _context(case_dir, case, point)
+    spec, path, params, plugin = _context(case_dir, case, point)
     checked = records.read(verify_path, "verify")
     body: dict[str, Any] = {
         "target": target, "case": case, "variant": variant, "point": point,
@@ -62,16 +60,16 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
         "sources_sha256": provenance.files_sha256([*provenance.kernel_sources(case), path]),
     }
     if not checked["passed"]:
-        records.atomic_write_text(samples_path, "sample,seconds\n")
+        table.write(samples_path, [])
         return records.write(out, "time", {
             **body, "timed": False,
             "not_timed_reason": "verification failed: " + "; ".join(checked["failures"])})
     seed = verify.draw_seed()
     runnable = plugin.kernel(variant, params, "time")
-    inputs = plugin.make_inputs(params, np.random.default_rng(seed))
     return records.write(out, "time", {
-        **body, "timed": True, "seed": seed, "execution": runnable.execution,
-        "measurement": _measure(runnable, inputs, settings, samples_path)})
+        **body, "seed": seed, "execution": runnable.execution,
+        **_measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
+                   spec["measurement"]["cache"], seed, samples_path)})
 
 
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
@@ -88,9 +86,27 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
             "role": entry["role"], "description": entry["description"], "params": params,
             "seed": seed, "execution": runnable.execution, "check": check}
     if not check["passed"]:
-        records.atomic_write_text(samples_path, "sample,seconds\n")
+        table.write(samples_path, [])
         return records.write(out, "baseline", {
             **body, "timed": False,
             "not_timed_reason": "the baseline disagrees with the oracle"})
     return records.write(out, "baseline", {
-        **body, "timed": True, "measurement": _measure(runnable, inputs, settings, samples_path)})
+        **body, **_measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
+                           spec["measurement"]["cache"], seed, samples_path)})
+
+
+def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str, Any]:
+    """Stage: this host's A/A noise floor, measured with the time stages' settings."""
+    settings = settings_of(measurement)
+    spec = measurement["noise_floor"]
+    workload = noise.matmul_workload(spec["size"])
+    devices = engine.Devices.find()
+
+    def one(seed: int) -> engine.Measurement:
+        return engine.measure(workload, settings, spec["cache"], seed, devices)
+
+    result = noise.a_a(one, spec["rounds"], spec["quantile"])
+    return records.write(out, "noise_floor", {
+        "target": target, "workload": f"jitted float32 matmul {spec['size']}×{spec['size']} "
+                                      f"(jax.numpy.matmul)",
+        "stop_criterion": settings.criterion, "stop_target": settings.target, **result})

@@ -65,7 +65,8 @@ def case_inputs(wildcards):
 def case_records(case):
     """Every record this machine produces for ``case``."""
     spec, t = CASES[case], TARGET
-    out = [paths.build_record(t, case, v["name"]) for v in spec["variants"]]
+    out = [paths.noise_floor_record(t)]
+    out += [paths.build_record(t, case, v["name"]) for v in spec["variants"]]
     for p in spec["points"]:
         for v in spec["variants"]:
             out += [
@@ -86,7 +87,8 @@ def figure_inputs(wildcards):
     # Another machine's records: rendered as found, never regenerated.
     target = wildcards.shown_target
     found = Path(paths.target_dir(target), wildcards.case).rglob("*.json")
-    return [paths.env_record(target), paths.host_record(target), *sorted(map(str, found))]
+    floor = [f for f in [paths.noise_floor_record(target)] if Path(f).exists()]
+    return [paths.env_record(target), paths.host_record(target), *floor, *sorted(map(str, found))]
 
 
 def final_outputs():

@@ -1,0 +1,257 @@
+"""The engine on CPU workloads, the guard fixtures it must catch, and the GPU paths
+(CUDA events, CUPTI, NVML, L2 flush) driven through fakes of their libraries."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import fakes
+import numpy as np
+import pytest
+
+from casebook.measure import cache, clocks, engine, gpu, guards, noise, throttle
+from kernels.runnable import Runnable
+
+pytestmark = pytest.mark.timeout(120)
+QUICK = engine.Settings(warmup_calls=2, criterion="fixed_count", count=15)
+CPU = engine.Devices(None, "no GPU: test")
+WORK_S = 0.003  # long enough to stand far above timer jitter on a busy machine
+
+
+def inputs(rng):
+    return {"x": rng.standard_normal(64)}
+
+
+def honest() -> Runnable:
+    def call(x):
+        time.sleep(WORK_S)
+        return x * 2
+
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=np.asarray, execution={})
+
+
+def test_honest_work_is_measured_with_every_guard_passed():
+    m = engine.measure(engine.Workload(honest(), inputs), QUICK, "hot", 1, CPU)
+    assert len(m.kept) == 15 and m.stop_criterion == "fixed_count"
+    assert min(m.kept) >= WORK_S
+    assert all(g["passed"] for g in m.guards.values())
+    assert m.clock_kind == "host" and not m.throttling["monitored"]
+    summary = m.summary(0.95)
+    assert summary["ci_low_s"] <= summary["median_s"] <= summary["ci_high_s"]
+
+
+def test_warmup_calls_are_never_sampled():
+    calls = []
+
+    def call(x):
+        calls.append(time.perf_counter())
+        time.sleep(0.05 if len(calls) <= 2 else WORK_S)  # "compilation" on the first two
+        return x * 2
+
+    r = honest()._replace(call=call)
+    m = engine.measure(engine.Workload(r, inputs), QUICK, "hot", 1, CPU)
+    assert max(m.kept) < 0.05
+
+
+def test_cold_rotates_input_sets_past_the_last_level_cache():
+    llc = 1 << 20
+    state = cache.plan("cold", lambda i: (inputs(np.random.default_rng(i))["x"],),
+                       set_bytes=8192, tools=None, stream=None, llc_bytes=lambda: llc)
+    assert state.mode == "cold" and len(state.sets) == 2 * llc // 8192
+    picks = [state.before_sample(i)[1] for i in range(len(state.sets) + 1)]
+    assert picks[:3] == [0, 1, 2] and picks[-1] == 0
+    assert "≥ 2×" in state.description
+
+
+def test_last_level_cache_is_read_from_sysfs(tmp_path):
+    for index, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "32768K")]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{index}" / "size").write_text(f"{size}\n")
+    assert cache.last_level_cache_bytes(tmp_path) == 32 * 2**20
+
+
+# -- the three ways to fool a timer: fixtures the harness must catch ---------------------
+
+def returns_early() -> Runnable:
+    """The call hands its work to a thread and returns; the wait waits for nothing."""
+    def call(x):
+        result = {}
+        worker = threading.Thread(target=lambda: (time.sleep(WORK_S), result.update(y=x * 2)))
+        worker.start()
+        return worker, result
+
+    def fetch(out):
+        out[0].join()
+        return out[1]["y"]
+
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=fetch, execution={})
+
+
+def side_stream() -> Runnable:
+    """The work runs on a side 'stream' the output's wait never sees; a device-wide
+    barrier (all streams) still has to drain it."""
+    streams: list[threading.Thread] = []
+    buffer = np.zeros(64)
+
+    def call(x):
+        def work():
+            time.sleep(WORK_S)
+            buffer[:] = x * 2
+        streams.append(threading.Thread(target=work))
+        streams[-1].start()
+        return buffer
+
+    def barrier():
+        while streams:
+            streams.pop().join()
+
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=lambda out: out.copy(), execution={}, barrier=barrier)
+
+
+def cached_by_identity() -> Runnable:
+    """The first call on a set of inputs works; later ones return the saved result."""
+    saved = {}
+
+    def call(x):
+        if id(x) not in saved:
+            time.sleep(WORK_S)
+            saved[id(x)] = x * 2
+        return saved[id(x)]
+
+    return honest()._replace(call=call)
+
+
+def cached_blindly() -> Runnable:
+    """Computes once and returns that result for any input whatsoever."""
+    saved = []
+
+    def call(x):
+        if not saved:
+            saved.append(x * 2)
+        time.sleep(WORK_S)
+        return saved[0]
+
+    return honest()._replace(call=call)
+
+
+@pytest.mark.parametrize(("fixture", "message"), [
+    (returns_early, "returns before its work is done"),
+    (side_stream, "stream the timer does not see"),
+    (cached_by_identity, "reused across samples"),
+    (cached_blindly, "identical output"),
+], ids=["early-return", "side-stream", "cache-by-identity", "cache-blind"])
+def test_the_harness_catches_a_timer_being_fooled(fixture, message):
+    with pytest.raises(guards.TimerFooled, match=message):
+        engine.measure(engine.Workload(fixture(), inputs), QUICK, "hot", 1, CPU)
+
+
+def test_settings_check_themselves():
+    with pytest.raises(ValueError, match="warmup_calls"):
+        engine.Settings(warmup_calls=0)
+    with pytest.raises(ValueError, match="criterion"):
+        engine.Settings(criterion="vibes")
+    with pytest.raises(ValueError, match="min_samples"):
+        engine.Settings(min_samples=2)
+
+
+def test_a_gpu_clock_on_a_cpu_host_is_refused_cleanly():
+    devices = engine.Devices.find()  # this test host has no GPU (no driver)
+    assert devices.tools is None and devices.no_gpu_reason.startswith("no GPU")
+    with pytest.raises(gpu.GpuUnavailable, match="needs a GPU"):
+        devices.clock("cupti_kernel", honest())
+
+
+def test_a_a_rounds_interleave_and_give_a_floor():
+    order = []
+
+    def measure(seed):
+        order.append(seed)
+        return engine.measure(engine.Workload(honest(), inputs), QUICK, "hot", seed, CPU)
+
+    result = noise.a_a(measure, rounds=4, quantile=0.5)
+    assert order == list(range(8)) and len(result["ratios"]) == 4
+    assert 0 <= result["noise_floor"] < 1
+
+
+# -- GPU paths, through fakes of cuda-python, CUPTI and NVML ----------------------------
+
+def gpu_runnable(device: fakes.Device, duration_ns=20_000, stream=1, late_ns=0) -> Runnable:
+    def call(x):
+        device.launch(duration_ns + int(abs(x[0]) * 10), stream=stream, late_ns=late_ns)
+        return x * 2
+
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=np.asarray, execution={}, stream=1)
+
+
+def test_cuda_events_time_the_runnables_stream_and_flush_l2_when_cold():
+    device = fakes.Device()
+    tools = fakes.tools(device, cupti=False)
+    m = engine.measure(engine.Workload(gpu_runnable(device), inputs), QUICK, "cold", 1,
+                       engine.Devices(tools))
+    assert m.clock_kind == "cuda_event"
+    assert all(20e-6 <= s < 21e-6 for s in m.kept)  # the booked durations, in seconds
+    assert device.memsets and set(device.memsets) == {50 * 2**20}  # the L2's size
+    assert "50 MiB memset" in m.cache_description and tools.cudart.freed == [0xBEEF]
+
+
+def test_cuda_events_catch_work_on_a_stream_they_do_not_see():
+    device = fakes.Device()
+    tools = fakes.tools(device, cupti=False)
+
+    def call(x):
+        device.launch(20_000, stream=2)  # not the stream the events are recorded on
+        device.pending_host_s = WORK_S  # so the device barrier has work left to drain
+        return x * 2
+
+    runnable = gpu_runnable(device)._replace(call=call)
+    with pytest.raises(guards.TimerFooled, match="stream the timer does not see"):
+        engine.measure(engine.Workload(runnable, inputs), QUICK, "hot", 1,
+                       engine.Devices(tools))
+
+
+def test_cupti_separates_kernel_time_from_launch_overhead():
+    device = fakes.Device()
+    tools = fakes.tools(device)
+    m = engine.measure(engine.Workload(gpu_runnable(device), inputs), QUICK, "hot", 1,
+                       engine.Devices(tools))
+    assert m.clock_kind == "cupti_kernel"
+    summary = m.summary(0.95)
+    assert summary["kernel_median_s"] == pytest.approx(summary["median_s"])
+    assert summary["launch_overhead_median_s"] == pytest.approx(fakes.LAUNCH_NS * 1e-9)
+    assert tools.cupti.finalized
+
+
+def test_cupti_sees_work_that_outlives_the_wait():
+    device = fakes.Device()
+    clock = clocks.CuptiKernelClock(fakes.tools(device))
+    _, timing = clock.time(lambda: device.launch(20_000, late_ns=1_000_000), lambda out: None)
+    assert timing.unseen_s == pytest.approx(1.02e-3)
+    clock_on_stream = clocks.CuptiKernelClock(fakes.tools(device), stream_id=1)
+    _, timing = clock_on_stream.time(lambda: device.launch(20_000, stream=7), lambda out: None)
+    assert timing.unseen_s == pytest.approx(20e-6) and timing.kernels == 0
+
+
+def test_throttled_samples_are_discarded_and_counted():
+    device = fakes.Device()
+    hot = fakes.Nvml.nvmlClocksEventReasonHwThermalSlowdown
+    readings = [(0, 1980), (hot, 1980), (0, 1000), (fakes.Nvml.nvmlClocksEventReasonGpuIdle,
+                                                     1980)]
+    tools = fakes.tools(device, nvml=fakes.Nvml(readings))
+    m = engine.measure(engine.Workload(gpu_runnable(device), inputs), QUICK, "hot", 1,
+                       engine.Devices(tools))
+    assert m.throttling == {"monitored": True, "discarded": 2,
+                            "description": m.throttling["description"]}
+    assert [r["discarded"] for r in m.rows[:4]] == [False, True, True, False]
+    assert len(m.kept) == 15 and len(m.rows) == 17
+
+
+def test_monitor_reads_reasons_and_clock():
+    monitor = throttle.NvmlMonitor(gpu.Tools(None, fakes.Nvml([(0, 1400)]), None))
+    reading = monitor.read()
+    assert reading.throttled and reading.sm_clock_mhz == 1400  # below 75% of 1980

@@ -1,0 +1,111 @@
+"""The numpy-only parts of the engine: intervals, ratios, verdicts, stopping, the floor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from casebook.measure import noise, stats, stopping
+
+
+def test_median_interval_covers_the_true_median(rng):
+    """Over fresh draws from a known distribution, coverage is at least the confidence."""
+    true_median = np.log(2)  # exponential(1)
+    hits = sum(lo <= true_median <= hi for lo, hi in (
+        stats.median_interval(rng.exponential(size=30), 0.95) for _ in range(400)))
+    assert hits / 400 >= 0.92  # 0.95 nominal, minus sampling error of 400 trials
+
+
+def test_summary_of_known_samples():
+    summary = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0], 0.9)
+    assert summary["median_s"] == 3.0
+    assert summary["ci_low_s"] <= 3.0 <= summary["ci_high_s"]
+    assert summary["relative_noise"] == pytest.approx(1.4826 * 1.0 / 3.0)
+
+
+def test_bootstrap_ratio_covers_a_known_ratio(rng):
+    """Times 1.1× longer than the reference: the interval of the speedup holds 1/1.1."""
+    hits = 0
+    for _ in range(40):
+        ref = rng.lognormal(0, 0.05, 40)
+        cand = 1.1 * rng.lognormal(0, 0.05, 40)
+        _, lo, hi = stats.ratio_of_medians(ref, cand, 0.95, rng)
+        hits += lo <= 1 / 1.1 <= hi
+    assert hits >= 34  # 95% nominal; 34/40 leaves room for 40 trials' sampling error
+
+
+def test_bootstrap_is_reproducible_from_the_same_samples(rng):
+    a, b = rng.lognormal(0, 0.1, 30), rng.lognormal(0, 0.1, 30)
+    assert stats.ratio_of_medians(a, b, 0.95) == stats.ratio_of_medians(a, b, 0.95)
+
+
+@pytest.mark.parametrize(("low", "high", "verdict"), [
+    (1.05, 1.10, stats.FASTER),
+    (0.90, 0.95, stats.SLOWER),
+    (0.99, 1.01, stats.SAME),
+    (1.01, 1.06, stats.AMBIGUOUS),  # reaches inside the ±2% floor
+    (0.80, 1.30, stats.AMBIGUOUS),
+])
+def test_verdicts_against_a_two_percent_floor(low, high, verdict):
+    assert stats.verdict(low, high, 0.02) == verdict
+
+
+def test_a_speedup_inside_the_floor_is_never_printable(rng):
+    ref = rng.lognormal(0, 0.01, 50)
+    c = stats.compare(ref * 0.97, ref, 0.95, floor=0.05, rng=rng)  # 3% faster, 5% floor
+    assert c.verdict in (stats.SAME, stats.AMBIGUOUS) and not c.printable
+    c = stats.compare(ref * 0.5, ref, 0.95, floor=0.05, rng=rng)
+    assert c.verdict == stats.FASTER and c.printable and c.low > 1.05
+    assert not stats.compare(ref * 0.5, ref, 0.95, floor=None, rng=rng).printable
+
+
+def feed(criterion, values, step_s=0.001):
+    for i, v in enumerate(values):
+        criterion.add(v, elapsed_s=i * step_s)
+        if criterion.finished:
+            return i + 1
+    return None
+
+
+def test_fixed_count_and_time_budget():
+    assert feed(stopping.FixedCount(7), [1.0] * 20) == 7
+    budget = stopping.TimeBudget(0.01)
+    assert feed(budget, [1.0] * 100) == 11  # elapsed 0.010 at the 11th sample
+    assert "time budget" in budget.reason
+    with pytest.raises(ValueError, match="count"):
+        stopping.FixedCount(2)
+
+
+def test_relative_noise_stops_on_target_not_before_its_bounds(rng):
+    bounds = stopping.Bounds(min_samples=20, min_time_s=0.0, timeout_s=100)
+    criterion = stopping.RelativeNoise(0.01, bounds)
+    n = feed(criterion, 1 + 0.001 * rng.standard_normal(500))
+    assert n == 20 and "≤ target" in criterion.reason
+
+
+def test_relative_noise_detects_a_plateau_above_an_unreachable_target(rng):
+    criterion = stopping.RelativeNoise(0.001, stopping.Bounds(10, 0.0, 1e9),
+                                       plateau_window=64)
+    n = feed(criterion, rng.lognormal(0, 0.2, 5000))
+    assert n is not None and "plateaued" in criterion.reason
+
+
+def test_adaptive_criteria_time_out(rng):
+    criterion = stopping.MedianPrecision(0.0001, 0.95, stopping.Bounds(10, 0.0, 0.05))
+    n = feed(criterion, rng.lognormal(0, 0.5, 1000), step_s=0.01)
+    assert n == 6 and criterion.reason.startswith("timeout")
+
+
+def test_median_precision_needs_more_samples_when_noisier(rng):
+    bounds = stopping.Bounds(10, 0.0, 1e9)
+    quiet, loud = (stopping.MedianPrecision(0.01, 0.95, bounds) for _ in range(2))
+    n_quiet = feed(quiet, rng.lognormal(0, 0.01, 5000))
+    n_loud = feed(loud, rng.lognormal(0, 0.1, 5000))
+    assert n_quiet < n_loud and "median precision" in loud.reason
+
+
+def test_noise_floor_is_a_quantile_of_log_ratios():
+    assert noise.floor_from_ratios([1.0, 1.0, 1.0, 1.1], 0.5) == pytest.approx(0.0)
+    assert noise.floor_from_ratios([1 / 1.1, 1.1, 1.1, 1.1], 0.9) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="rounds"):
+        noise.a_a(lambda seed: None, rounds=2, quantile=0.95)

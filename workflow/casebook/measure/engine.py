@@ -1,0 +1,210 @@
+"""The measuring loop: warm-up, then samples until the criterion stops, then the guards.
+
+The loop only measures: the criterion decides when to stop (``stopping``), the cache
+state picks each sample's inputs (``cache``), the clock times it (``clocks``), the
+monitor says whether it was throttled (``throttle``). Summaries come from ``stats``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from casebook.measure import cache, clocks, gpu, guards, stats, stopping, throttle
+from kernels.runnable import Runnable
+
+CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel")
+CRITERIA = ("median_precision", "relative_noise", "fixed_count", "time_budget")
+# Throttled samples discarded before the measurement gives up: a device that throttles
+# this often cannot be measured at its rated clock.
+MAX_DISCARDED = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How to measure; built from the config's ``measurement`` block, checked here."""
+
+    warmup_calls: int = 3
+    confidence: float = 0.95
+    clock: str = "auto"
+    criterion: str = "median_precision"
+    target: float = 0.01  # median_precision: ±interval/median; relative_noise: stdev/mean
+    min_samples: int = 10
+    min_time_s: float = 0.05
+    timeout_s: float = 15.0
+    count: int = 100  # fixed_count
+    budget_s: float = 0.1  # time_budget
+
+    def __post_init__(self):
+        if self.warmup_calls < 1:
+            raise ValueError(f"{self.warmup_calls=} must be at least 1 (compilation)")
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"{self.confidence=} must lie in (0.5, 1)")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"{self.clock=} must be one of {CLOCKS}")
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"{self.criterion=} must be one of {CRITERIA}")
+        self.criterion_unit()  # the criterion checks its own values
+
+    def criterion_unit(self) -> stopping.Criterion:
+        bounds = stopping.Bounds(self.min_samples, self.min_time_s, self.timeout_s)
+        return {
+            "median_precision": lambda: stopping.MedianPrecision(
+                self.target, self.confidence, bounds),
+            "relative_noise": lambda: stopping.RelativeNoise(self.target, bounds),
+            "fixed_count": lambda: stopping.FixedCount(self.count),
+            "time_budget": lambda: stopping.TimeBudget(self.budget_s),
+        }[self.criterion]()
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A runnable and a way to make fresh host inputs for it."""
+
+    runnable: Runnable
+    make_inputs: Callable[[np.random.Generator], dict[str, np.ndarray]]
+
+
+@dataclasses.dataclass
+class Measurement:
+    clock: str
+    clock_kind: str
+    warmup_calls: int
+    stop_criterion: str
+    stop_reason: str
+    cache_mode: str
+    cache_description: str
+    throttling: dict[str, Any]
+    guards: dict[str, dict[str, Any]]
+    rows: list[dict[str, Any]]  # every sample, discarded ones included
+    wall_s: float
+
+    @property
+    def kept(self) -> list[float]:
+        return [r["seconds"] for r in self.rows if not r["discarded"]]
+
+    def summary(self, confidence: float) -> dict[str, Any]:
+        kept = [r for r in self.rows if not r["discarded"]]
+        extra = {}
+        if kept and kept[0]["kernel_seconds"] is not None:
+            extra = {"kernel_median_s": float(np.median([r["kernel_seconds"] for r in kept])),
+                     "launch_overhead_median_s": float(np.median(
+                         [r["launch_overhead_seconds"] for r in kept]))}
+        return {
+            "clock": self.clock, "clock_kind": self.clock_kind,
+            "warmup_calls": self.warmup_calls,
+            "stop_criterion": self.stop_criterion, "stop_reason": self.stop_reason,
+            "cache": {"mode": self.cache_mode, "description": self.cache_description},
+            "throttling": self.throttling, "guards": self.guards, "wall_s": self.wall_s,
+            **stats.summarize(self.kept, confidence), **extra,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    """What this host measures with: GPU tools, or None and why there is no GPU."""
+
+    tools: gpu.Tools | None
+    no_gpu_reason: str | None = None
+
+    @classmethod
+    def find(cls) -> Devices:
+        try:
+            return cls(gpu.find())
+        except gpu.GpuUnavailable as error:
+            return cls(None, f"no GPU: {error}")
+
+    def clock(self, wanted: str, runnable: Runnable):
+        if self.tools is None:
+            if wanted not in ("auto", "host"):
+                raise gpu.GpuUnavailable(f"clock {wanted!r} needs a GPU ({self.no_gpu_reason})")
+            return clocks.HostClock()
+        if wanted == "cupti_kernel" or (wanted == "auto" and self.tools.cupti is not None):
+            return clocks.CuptiKernelClock(self.tools)
+        if wanted == "cuda_event" or (wanted == "auto" and runnable.stream is not None):
+            return clocks.CudaEventClock(self.tools, runnable.stream)
+        return clocks.HostClock()
+
+    def monitor(self):
+        return throttle.NvmlMonitor(self.tools) if self.tools else throttle.Unmonitored()
+
+
+def _row(index: int, which: int, timing: clocks.Timing, reading: throttle.Reading
+         ) -> dict[str, Any]:
+    return {"sample": index, "input_set": which, "seconds": timing.seconds,
+            "host_seconds": timing.host_s, "kernel_seconds": timing.kernel_s,
+            "launch_overhead_seconds": timing.launch_overhead_s, "kernels": timing.kernels,
+            "unseen_seconds": timing.unseen_s, "sm_clock_mhz": reading.sm_clock_mhz,
+            "clock_event_reasons": reading.reasons, "discarded": reading.throttled}
+
+
+def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
+            devices: Devices) -> Measurement:
+    """Warm up, sample until ``settings``' criterion stops, check the guards."""
+    runnable = workload.runnable
+    rng = np.random.default_rng(seed)
+    set_bytes = sum(a.nbytes for a in workload.make_inputs(np.random.default_rng(seed)).values())
+
+    def prepare_set(_index: int) -> tuple[Any, ...]:
+        args = runnable.prepare(workload.make_inputs(rng))
+        runnable.sync(args)  # inputs resident before any call is timed on them
+        return args
+
+    state = cache.plan(cache_mode, prepare_set, set_bytes, devices.tools, runnable.stream)
+    clock = devices.clock(settings.clock, runnable)
+    monitor = devices.monitor()
+    try:
+        for i in range(settings.warmup_calls):  # compilation, first-call costs: never kept
+            args, _ = state.before_sample(i)
+            runnable.sync(runnable.call(*args))
+        criterion = settings.criterion_unit()
+        rows, timings, discarded = [], [], 0
+        start = time.perf_counter()
+        index = 0
+        while not criterion.finished:
+            args, which = state.before_sample(index)
+            _, timing = clock.time(lambda args=args: runnable.call(*args), runnable.sync)
+            reading = monitor.read()
+            rows.append(_row(index, which, timing, reading))
+            index += 1
+            if reading.throttled:
+                discarded += 1
+                if discarded > MAX_DISCARDED:
+                    raise guards.Unmeasurable(f"{discarded} throttled samples discarded: the "
+                                             f"device does not hold its clock")
+                time.sleep(monitor.pause_s)
+                continue
+            timings.append(timing)
+            criterion.add(timing.seconds, time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        median = float(np.median([t.seconds for t in timings]))
+        args, _ = state.before_sample(0)
+        fresh = [prepare_set(-1) for _ in range(guards.PROBES)]
+        checks = {
+            "early_return": guards.early_return(runnable, args, median),
+            "unseen_stream": guards.unseen_work(runnable, args, timings, median),
+            "reused_result": guards.reused_result(runnable, fresh, _first_call(clock, runnable),
+                                                  median),
+        }
+    finally:
+        state.close()
+        clock.close()
+    return Measurement(
+        clock=clock.description, clock_kind=clock.kind, warmup_calls=settings.warmup_calls,
+        stop_criterion=criterion.name, stop_reason=criterion.reason,
+        cache_mode=state.mode, cache_description=state.description,
+        throttling={"monitored": monitor.monitored, "description": monitor.description,
+                    "discarded": discarded},
+        guards=checks, rows=rows, wall_s=wall)
+
+
+def _first_call(clock, runnable: Runnable):
+    """Times the very first call on a set of arguments, with the measuring clock."""
+    def time_call(args: tuple[Any, ...]) -> tuple[Any, float]:
+        out, timing = clock.time(lambda: runnable.call(*args), runnable.sync)
+        return out, timing.seconds
+    return time_call

@@ -1,0 +1,119 @@
+"""Guards against a timer being fooled, each run after sampling with fresh probes.
+
+- early return: a call whose wait returns before the work is done. Fetching the output
+  right after the wait must cost no more than fetching an output left to settle.
+- unseen stream: work the timed window never saw. Device clocks report it per sample
+  (``Timing.unseen_s``); a runnable's device-wide ``barrier`` right after the wait must
+  find nothing left to drain.
+- cached result: a result reused across samples. The first call on fresh input sets
+  must not be several times slower than the samples, and two different input sets must
+  give different outputs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from casebook.measure.clocks import Timing
+from kernels.runnable import Runnable
+
+# A guard fails only on a lag larger than this share of the median sample AND larger
+# than ABSOLUTE_S: honest calls differ by copy and allocator jitter, a cheat by the work.
+LAG_SHARE = 0.25
+ABSOLUTE_S = 50e-6
+# First calls on fresh inputs may be slower (allocation, a cold cache): up to 3x is
+# honest; a reused result is orders of magnitude faster than the work it skips.
+REUSE_FACTOR = 3.0
+# Share of the sampled time that device clocks may see outside the window (barrier
+# and flush jitter) before the samples are said to miss work.
+UNSEEN_SHARE = 0.05
+PROBES = 3
+
+
+class Unmeasurable(RuntimeError):
+    """No trustworthy measurement can be made; the message says why."""
+
+
+class TimerFooled(Unmeasurable):
+    """The measured call fooled the timer; the message says how."""
+
+
+def _seconds(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter_ns()
+    value = fn()
+    return value, (time.perf_counter_ns() - start) * 1e-9
+
+
+def _too_slow(lag: float, median: float) -> bool:
+    return lag > max(LAG_SHARE * median, ABSOLUTE_S)
+
+
+def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> dict[str, Any]:
+    immediate, settled = [], []
+    for _ in range(PROBES):
+        out = runnable.call(*args)
+        runnable.sync(out)
+        _, fetch_now = _seconds(lambda out=out: runnable.fetch(out))
+        immediate.append(fetch_now)
+        out = runnable.call(*args)
+        runnable.sync(out)
+        time.sleep(max(2 * median, 2 * fetch_now, 0.005))  # let anything pending finish
+        settled.append(_seconds(lambda out=out: runnable.fetch(out))[1])
+    lag = statistics.median(immediate) - statistics.median(settled)
+    if _too_slow(lag, median):
+        raise TimerFooled(
+            f"the call returns before its work is done: fetching its output right after "
+            f"the wait took {lag * 1e3:.3g} ms longer than once it had settled "
+            f"(median sample {median * 1e3:.3g} ms)")
+    return {"passed": True, "detail": f"fetch after the wait lags a settled fetch by "
+                                      f"{max(lag, 0) * 1e6:.3g} µs"}
+
+
+def unseen_work(runnable: Runnable, args: tuple[Any, ...], timings: Sequence[Timing],
+                median: float) -> dict[str, Any]:
+    unseen = sum(t.unseen_s for t in timings)
+    timed = sum(t.seconds for t in timings)
+    if unseen > max(UNSEEN_SHARE * timed, ABSOLUTE_S * len(timings)):
+        raise TimerFooled(
+            f"work ran on a stream the timer does not see: {unseen * 1e3:.3g} ms of device "
+            f"work fell outside the timed window against {timed * 1e3:.3g} ms timed")
+    detail = f"device work outside the window: {unseen * 1e6:.3g} µs over all samples"
+    if runnable.barrier is None:
+        return {"passed": True, "detail": detail + "; the runnable has no device-wide "
+                                                   "barrier beyond its own wait"}
+    drains = []
+    for _ in range(PROBES):
+        out = runnable.call(*args)
+        runnable.sync(out)
+        drains.append(_seconds(runnable.barrier)[1])
+    drain = statistics.median(drains)
+    if _too_slow(drain, median):
+        raise TimerFooled(
+            f"work ran on a stream the timer does not see: a device-wide barrier after "
+            f"the wait still took {drain * 1e3:.3g} ms (median sample {median * 1e3:.3g} ms)")
+    return {"passed": True, "detail": detail + f"; barrier after the wait {drain * 1e6:.3g} µs"}
+
+
+def reused_result(runnable: Runnable, fresh_sets: Sequence[tuple[Any, ...]],
+                  time_call: Callable[[tuple[Any, ...]], tuple[Any, float]],
+                  median: float) -> dict[str, Any]:
+    firsts, outputs = [], []
+    for args in fresh_sets:
+        out, seconds = time_call(args)
+        firsts.append(seconds)
+        outputs.append(np.asarray(runnable.fetch(out)))
+    first = statistics.median(firsts)
+    if first > REUSE_FACTOR * median and first - median > ABSOLUTE_S:
+        raise TimerFooled(
+            f"a result is reused across samples: first calls on fresh inputs take "
+            f"{first * 1e3:.3g} ms, {first / median:.1f}× the {median * 1e3:.3g} ms median")
+    if any(np.array_equal(outputs[0], other, equal_nan=True) for other in outputs[1:]):
+        raise TimerFooled("a result is reused across samples: different input sets gave "
+                          "the identical output")
+    return {"passed": True, "detail": f"first call on {len(fresh_sets)} fresh input sets "
+                                      f"{first / median:.2f}× the median; outputs differ"}
