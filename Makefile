@@ -5,6 +5,8 @@
 #   make test             environment + lint + the test suite
 #   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
 #                         sees a GPU, else cpu)
+#   make bench            CPU calibration and efficiency benchmarks of the measurement
+#                         engine (a few minutes); results in benchmarks/results/
 #   make lock             regenerate env/cpu.lock and env/cuda.lock from env/*.in
 #   make clean            remove generated records, figures and the site
 
@@ -16,7 +18,7 @@ VENV := .venv
 STAMP := $(VENV)/.lock-$(LOCK).sha256
 BIN := $(VENV)/bin
 
-.PHONY: all run env test lint lock clean
+.PHONY: all run env test lint bench lock clean
 all: run
 
 $(STAMP): env/$(LOCK).lock
@@ -37,6 +39,10 @@ test: env lint
 
 lint: env
 	$(BIN)/ruff check .
+
+bench: env
+	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.calibration
+	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.efficiency
 
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \
