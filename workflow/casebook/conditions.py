@@ -140,14 +140,23 @@ def baseline(ev: Evidence) -> list[str]:
     return lines
 
 
+def _commits(ev: Evidence) -> list[str]:
+    return sorted({r["commit"] for r in (*ev.verify.values(), *ev.time.values())}
+                  or {ev.env["commit"]})
+
+
+def command(ev: Evidence) -> str:
+    """The shell command that remakes these records from their commit and lock."""
+    return (f"git checkout {_commits(ev)[0].removesuffix('-dirty')} && make env "
+            f"LOCK={ev.env['lock']['platform']} && .venv/bin/snakemake --cores all "
+            f"--forceall --config target={ev.target} -- {ev.case}")
+
+
 def reproduction(ev: Evidence) -> list[str]:
-    commits = sorted({r["commit"] for r in (*ev.verify.values(), *ev.time.values())}
-                     or {ev.env["commit"]})
+    commits = _commits(ev)
     lock = ev.env["lock"]
     lines = [f"Project commit: {', '.join(commits)}",
-             f"Command: git checkout {commits[0].removesuffix('-dirty')} && make env "
-             f"LOCK={lock['platform']} && .venv/bin/snakemake --cores all --forceall "
-             f"--config target={ev.target} -- {ev.case}",
+             f"Command: {command(ev)}",
              f"Pinned inputs: {lock['file']} (sha256 {lock['sha256'][:16]}…), "
              f"case config and kernel sources sha256 {ev.current_sources_sha256[:16]}…"]
     if any(c.endswith("-dirty") for c in commits):
