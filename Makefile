@@ -2,7 +2,8 @@
 # from the hash-pinned lock first when it is missing or the lock has changed.
 #
 #   make                  environment + `snakemake --cores all` (the whole site)
-#   make test             environment + lint + the test suite
+#   make test             environment + lint + the test suite (installs Debian's chromium
+#                         for the browser tests where it is missing: needs root, as CI is)
 #   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
 #                         sees a GPU, else cpu)
 #   make bench            CPU calibration and efficiency benchmarks of the measurement
@@ -17,8 +18,9 @@ PYTHON ?= $(PYTHON_$(LOCK))
 VENV := .venv
 STAMP := $(VENV)/.lock-$(LOCK).sha256
 BIN := $(VENV)/bin
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: all run env test lint bench lock clean
+.PHONY: all run env test lint bench lock clean chromium
 all: run
 
 $(STAMP): env/$(LOCK).lock
@@ -34,8 +36,14 @@ env: $(STAMP)
 run: env
 	$(BIN)/snakemake --cores all
 
-test: env lint
-	$(BIN)/python -m pytest
+test: env lint chromium
+	CASEBOOK_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+
+# The browser the site's tests drive (Playwright with executable_path; never `playwright
+# install`, which downloads a browser build).
+chromium:
+	@test -x $(CHROMIUM) || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
 lint: env
 	$(BIN)/ruff check .
@@ -51,4 +59,4 @@ lock: env
 		--python-platform x86_64-manylinux_2_28 -o env/cuda.lock
 
 clean:
-	rm -rf results/cpu results/figures site/public logs .snakemake
+	rm -rf results/cpu results/figures site/public logs .snakemake test-artifacts

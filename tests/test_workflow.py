@@ -8,59 +8,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-import yaml
 
-from casebook import conditions, fmt, paths
+from casebook import conditions, fmt
+from tests.projects import make_project, snakemake, tiny_case
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-
-SOURCES = ["Snakefile", "workflow", "kernels", "configs", "site", "env"]
-# A loose target and few A/A rounds keep the run short; the protocol is the real one.
-MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.05,
-               "min_samples": 5, "min_time_s": 0.001, "timeout_s": 5, "confidence": 0.9,
-               "noise_floor": {"size": 64, "rounds": 4, "quantile": 0.75}}
-
-
-def tiny_case(tolerance_scale: float = 1.0) -> dict:
-    case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml").read_text())
-    case["points"] = case["points"][:1]
-    case["verify"]["trials"] = 1
-    for tol in case["tolerances"].values():
-        tol["atol"] *= tolerance_scale
-        tol["rtol"] *= tolerance_scale
-    return case
-
-
-def make_project(root: Path, case: dict) -> Path:
-    """A copy of the sources plus a tiny config; returns the project folder."""
-    project = root / "project"
-    project.mkdir()
-    for name in SOURCES:
-        src = paths.SOURCE_ROOT / name
-        copy = shutil.copytree if src.is_dir() else shutil.copy
-        copy(src, project / name, **({"ignore": shutil.ignore_patterns("public", "__pycache__")}
-                                     if src.is_dir() else {}))
-    case_dir = root / "cases"
-    case_dir.mkdir()
-    (case_dir / "splash_attention.yaml").write_text(yaml.safe_dump(case))
-    (root / "tiny.yaml").write_text(yaml.safe_dump({
-        "cases": ["splash_attention"], "case_dir": str(case_dir), "target": "cpu",
-        "measurement": MEASUREMENT}))
-    return project
-
-
-def snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-         str(project.parent / "tiny.yaml"), *args],
-        cwd=project, capture_output=True, text=True, timeout=800)
-
 
 class Figures(HTMLParser):
     """Collects, per <figure>, the <h4> headings of its conditions panel and its images."""
@@ -219,7 +175,8 @@ def test_a_failed_verification_is_shown_never_timed(tmp_path):
     assert manifest["figures"] == ["correctness"]
     assert manifest["withheld"][0]["figure"] == "timing"
     page = (project / "site/public/splash_attention.html").read_text()
-    assert "Verification failed" in page and "withheld" in page
+    assert '<div class="failure" role="alert">' in page and "withheld" in page
+    assert re.search(r'<td class="[^"]*\bfail\b[^"]*" >FAILED</td>', page)
     assert "verification FAILED" in (project / "site/public/index.html").read_text()
 
 

@@ -103,7 +103,11 @@ def _measured_or_why(record: dict[str, Any]) -> str:
 
 def floor_text(ev: Evidence) -> str:
     """The host's noise floor in one line, or that none is recorded."""
-    nf = ev.noise_floor
+    return floor_line(ev.noise_floor)
+
+
+def floor_line(nf: dict[str, Any] | None) -> str:
+    """A noise-floor record in one line, or that none is recorded."""
     if nf is None:
         return ("Noise floor: none recorded for this host, so no speedup is printed "
                 "(verdicts only)")
@@ -180,14 +184,23 @@ def baseline(ev: Evidence) -> list[str]:
     return lines
 
 
+def _commits(ev: Evidence) -> list[str]:
+    return sorted({r["commit"] for r in (*ev.verify.values(), *ev.time.values())}
+                  or {ev.env["commit"]})
+
+
+def command(ev: Evidence) -> str:
+    """The shell command that remakes these records from their commit and lock."""
+    return (f"git checkout {_commits(ev)[0].removesuffix('-dirty')} && make env "
+            f"LOCK={ev.env['lock']['platform']} && .venv/bin/snakemake --cores all "
+            f"--forceall --config target={ev.target} -- {ev.case}")
+
+
 def reproduction(ev: Evidence) -> list[str]:
-    commits = sorted({r["commit"] for r in (*ev.verify.values(), *ev.time.values())}
-                     or {ev.env["commit"]})
+    commits = _commits(ev)
     lock = ev.env["lock"]
     lines = [f"Project commit: {', '.join(commits)}",
-             f"Command: git checkout {commits[0].removesuffix('-dirty')} && make env "
-             f"LOCK={lock['platform']} && .venv/bin/snakemake --cores all --forceall "
-             f"--config target={ev.target} -- {ev.case}",
+             f"Command: {command(ev)}",
              f"Pinned inputs: {lock['file']} (sha256 {lock['sha256'][:16]}…), "
              f"case config and kernel sources sha256 {ev.current_sources_sha256[:16]}…"]
     if any(c.endswith("-dirty") for c in commits):

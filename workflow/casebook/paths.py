@@ -13,7 +13,10 @@ one results folder per machine::
     results/<target>/<case>/baseline/<baseline>/<point>.json   baseline measurement
     results/figures/<case>/<target>/<figure>.svg (+ .json)     figures and their sidecars
     results/figures/<case>/<target>/figures.json               what was drawn, or withheld
-    site/public/index.html, site/public/<case>.html            the site
+    results/<target>/noise_floor.json                          the host's A/A noise floor
+    site/public/index.html, <case>.html, methods.html          the site's pages
+    site/public/static/, site/public/figures/<case>/<target>/  its style and figures
+    site/public/data/<target>/...                              raw records, as under results/
 
 Paths are relative to the working directory (Snakemake's ``--directory``); sources
 (configs, schemas, kernels, templates) are relative to SOURCE_ROOT. Functions accept
@@ -113,6 +116,28 @@ def site_index() -> str:
 
 def site_page(case: str) -> str:
     return f"{SITE}/{case}.html"
+
+
+def site_methods() -> str:
+    return f"{SITE}/methods.html"
+
+
+def site_static(name: str) -> str:
+    return f"{SITE}/static/{name}"
+
+
+def site_figure(case: str, target: str, name: str) -> str:
+    return f"{SITE}/figures/{case}/{target}/{name}.svg"
+
+
+def site_data(record: str) -> str:
+    """Where the published copy of a file under results/ goes (same relative path)."""
+    return f"{SITE}/data/{Path(record).relative_to(RESULTS).as_posix()}"
+
+
+def site_href(published: str) -> str:
+    """A published file's link from a page at the site's root."""
+    return Path(published).relative_to(SITE).as_posix()
 
 
 def log(stage: str, *keys: str) -> str:

@@ -1,87 +1,141 @@
 """Stage 8, site: static pages rendered from figure sidecars and records.
 
 Every figure shown is read back through the schema: a sidecar missing a condition
-stops the page with a message naming the file and the field.
+stops the page with a message naming the file and the field. The site is
+self-contained: figures, style and every raw record and sample file a page links to
+are copied under site/public/, so it works opened from disk and needs no network.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import pandas as pd
+import markupsafe
 
-from casebook import conditions, config, fmt, paths, records, status
+from casebook import conditions, config, methods, paths, records, status, tables
 from casebook.evidence import Evidence, gather
 
 
+def _code(text: str) -> markupsafe.Markup:
+    """Escaped text whose ``literals`` (docstring style) are set as code."""
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(re.sub(r"``(.+?)``", r"<code>\1</code>", escaped))
+
+
+def _when(iso: str) -> str:
+    return dt.datetime.fromisoformat(iso).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(paths.TEMPLATE_DIR),
         autoescape=True, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(code=_code, when=_when)
+    return env
 
 
-def _write(path: str, html: str) -> None:
-    records.atomic_write_text(path, html)
+def _render(out: str, template: str, **context: Any) -> None:
+    html = _environment().get_template(template).render(**context)
+    records.atomic_write_text(out, html)
 
 
-def _verify_table(ev: Evidence) -> str:
-    rows = [{"variant": v, "point": p, "passed": r["passed"], "trials": r["trials"],
-             "max |error|": f"{r['max_abs_error']:.3g}",
-             "worst error / tolerance": (f"{r['worst_error_over_tolerance']:.3g}"
-                                         if r["worst_error_over_tolerance"] is not None
-                                         else "—"),
-             "races": r["races_found"]} for (v, p), r in ev.verify.items()]
-    return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
+def publish(result: str) -> str | None:
+    """Copy a file under results/ into the site; its link from a page, or None if absent."""
+    if not Path(result).exists():
+        return None
+    published = paths.site_data(result)
+    Path(published).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(result, published)
+    return paths.site_href(published)
 
 
-def _timing_table(ev: Evidence) -> str:
-    rows = []
-    for (name, point), record in [*ev.time.items(), *ev.baselines.items()]:
-        m = record.get("measurement")
-        rows.append({"what": name, "point": point,
-                     "median": fmt.seconds(m["median_s"]) if m else "not timed",
-                     "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])}"
-                     f" ({m['confidence']:.0%})" if m else record.get("not_timed_reason", "—"),
-                     "samples": m["samples"] if m else 0,
-                     "noise": f"{m['relative_noise']:.1%}" if m else "—",
-                     "stopped by": f"{m['stop_criterion']}: {m['stop_reason']}" if m else "—",
-                     "clock": m["clock_kind"] if m else "—",
-                     "cache": m["cache"]["mode"] if m else "—",
-                     "throttled (discarded)": m["throttling"]["discarded"] if m else "—",
-                     "noise floor": (f"±{ev.noise_floor['noise_floor']:.1%}"
-                                     if ev.noise_floor else "none recorded")})
-    return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
+def _made(ev: Evidence) -> dict[str, str]:
+    """When and from which commit a case's records on one target were made."""
+    made = [*ev.builds.values(), *ev.verify.values(), *ev.time.values(),
+            *ev.baselines.values()] or [ev.env]
+    latest = max(made, key=lambda r: dt.datetime.fromisoformat(r["created_at"]))
+    commits = sorted({r["commit"] for r in made})
+    return {"date": latest["created_at"], "commits": commits}
 
 
-def _comparison_table(ev: Evidence) -> str:
-    rows = [{"kernel": variant, "baseline": name, "point": point,
-             "verdict": c.verdict, "speedup": conditions.comparison_text(c)}
-            for (variant, name, point), c in conditions.comparisons(ev).items()]
-    return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
+def _failures(ev: Evidence) -> list[str]:
+    found = [f"{v} @ {p}: {f}" for (v, p), r in ev.verify.items() for f in r["failures"]]
+    found += [f"build of {v} failed at " + ", ".join(p["point"] for p in b["points"]
+                                                       if not p["ok"])
+              for v, b in ev.builds.items() if not b["ok"]]
+    found += [f"baseline {name} @ {p}: {r['not_timed_reason']}"
+              for (name, p), r in ev.baselines.items() if not r["timed"]]
+    return found
+
+
+# Lines never folded away: failures, drift and staleness (bad); warnings (warn).
+ALARMS = {"bad": re.compile(r"FAILED|STALE|DRIFT"), "warn": re.compile(r"WARNING|NOT GPU")}
+SHOWN_LINES = 2  # lines of each condition shown before "more": enough to identify it
+
+
+def panel(six: dict[str, list[str]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Each condition's lines split into those always shown and those folded.
+
+    The first lines and every alarming line are shown; the rest fold under "more".
+    """
+    split = {}
+    for key, lines in six.items():
+        marked = [{"text": text, "alarm": next((tone for tone, pattern in ALARMS.items()
+                                                 if pattern.search(text)), None)}
+                  for text in lines]
+        split[key] = {
+            "shown": [m for i, m in enumerate(marked) if i < SHOWN_LINES or m["alarm"]],
+            "more": [m for i, m in enumerate(marked) if i >= SHOWN_LINES and not m["alarm"]]}
+    return split
+
+
+def _figures(case: str, target: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    figures = []
+    for name in manifest["figures"]:
+        svg = paths.figure(case, target, name)
+        sidecar_path = paths.sidecar(svg)
+        sidecar = records.read(sidecar_path, "figure")
+        published = paths.site_figure(case, target, name)
+        Path(published).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(svg, published)
+        figures.append({**sidecar, "src": paths.site_href(published),
+                        "sidecar_href": publish(sidecar_path),
+                        "panel": panel(sidecar["conditions"]),
+                        "anchor": f"{target}-{name}"})
+    return figures
+
+
+def _raw_records(ev: Evidence, manifest_path: str) -> list[dict[str, str | None]]:
+    listed = [("environment", paths.env_record(ev.target)),
+              ("host", paths.host_record(ev.target)),
+              *((f"build: {v}", paths.build_record(ev.target, ev.case, v))
+                for v in ev.builds),
+              ("figure manifest", manifest_path)]
+    return [{"label": label, "name": Path(path).name, "href": publish(path)}
+            for label, path in listed]
 
 
 def _target_section(spec: dict[str, Any], case_path: Path, target: str,
                     local_target: str) -> dict[str, Any]:
     ev = gather(spec, case_path, target, must_exist=target == local_target)
-    manifest = records.read(paths.figure_manifest(spec["name"], target), "manifest")
-    figures = []
-    for name in manifest["figures"]:
-        svg = paths.figure(spec["name"], target, name)
-        sidecar = records.read(paths.sidecar(svg), "figure")
-        published = Path(paths.SITE) / "figures" / spec["name"] / target / Path(svg).name
-        published.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(svg, published)
-        figures.append({**sidecar, "src": published.relative_to(paths.SITE).as_posix()})
-    failures = [f"{v} @ {p}: {f}" for (v, p), r in ev.verify.items() for f in r["failures"]]
-    return {"target": target, "status": status.line(ev), "figures": figures,
-            "withheld": manifest["withheld"], "failures": failures,
-            "verify_table": _verify_table(ev), "timing_table": _timing_table(ev),
-            "comparison_table": _comparison_table(ev), "noise_floor": conditions.floor_text(ev),
-            "stale": ev.stale}
+    manifest_path = paths.figure_manifest(spec["name"], target)
+    manifest = records.read(manifest_path, "manifest")
+    return {
+        "target": target, "hardware": status.hardware(ev), "status": status.parts(ev),
+        "made": _made(ev), "interpreted": ev.interpreted,
+        "figures": _figures(spec["name"], target, manifest),
+        "withheld": manifest["withheld"], "failures": _failures(ev), "stale": ev.stale,
+        "tables": {"Verification": tables.verification(ev, publish),
+                   "Timing": tables.timing(ev, publish),
+                   "Kernel against baselines": tables.comparisons(ev)},
+        "noise_floor": conditions.floor_text(ev),
+        "command": conditions.command(ev), "raw": _raw_records(ev, manifest_path)}
 
 
 def case_page(case_dir: str, case: str, targets: list[str], local_target: str,
@@ -89,9 +143,9 @@ def case_page(case_dir: str, case: str, targets: list[str], local_target: str,
     spec = config.load_case(case_dir, case)
     case_path = config.case_path(case_dir, case)
     sections = [_target_section(spec, case_path, t, local_target) for t in targets]
-    html = _environment().get_template("case.html").render(
-        site_title=title, spec=spec, sections=sections, headings=conditions.HEADINGS)
-    _write(paths.site_page(case), html)
+    _render(paths.site_page(case), "case.html", site_title=title, spec=spec,
+            sections=sections, headings=conditions.HEADINGS,
+            points=tables.points(spec), page="case")
 
 
 def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
@@ -100,16 +154,40 @@ def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
     for case in cases:
         spec = config.load_case(case_dir, case)
         case_path = config.case_path(case_dir, case)
-        statuses = []
+        rows = []
         for target in targets_of[case]:
             ev = gather(spec, case_path, target, must_exist=target == local_target)
-            statuses.append({"target": target, "line": status.line(ev),
-                             "commit": ev.env["commit"], "date": ev.env["created_at"]})
-        cards.append({"spec": spec, "page": Path(paths.site_page(case)).name,
-                      "statuses": statuses})
-    static = Path(paths.SITE) / "static"
-    static.mkdir(parents=True, exist_ok=True)
-    for asset in paths.STATIC_DIR.iterdir():
-        shutil.copyfile(asset, static / asset.name)
-    _write(paths.site_index(), _environment().get_template("index.html").render(
-        site_title=title, cards=cards))
+            rows.append({"target": target, "hardware": status.hardware(ev),
+                         "status": status.parts(ev),
+                         "made": _made(ev)})
+        cards.append({"spec": spec, "page": paths.site_href(paths.site_page(case)),
+                      "targets": rows})
+    _render(paths.site_index(), "index.html", site_title=title, cards=cards, page="index")
+
+
+def static_assets() -> None:
+    """The style sheet and script, copied beside the pages."""
+    for asset in sorted(paths.STATIC_DIR.iterdir()):
+        records.atomic_write_text(paths.site_static(asset.name), asset.read_text())
+
+
+def methods_page(case_dir: str, cases: list[str], targets: list[str], local_target: str,
+                 title: str, protocol: dict[str, Any]) -> None:
+    specs = [config.load_case(case_dir, case) for case in cases]
+    by_target = {t: [gather(s, config.case_path(case_dir, s["name"]), t,
+                            must_exist=t == local_target) for s in specs] for t in targets}
+    evidence = [ev for evs in by_target.values() for ev in evs]
+    hosts = [{**methods.noise_floor(t, evs, publish), "hardware": status.hardware(evs[0]),
+              "host_href": publish(paths.host_record(t))}
+             for t, evs in by_target.items()]
+    _render(
+        paths.site_methods(), "methods.html", site_title=title, page="methods",
+        headings=conditions.HEADINGS, verification=methods.verification_rules(),
+        measurement=methods.measurement_rules(),
+        tolerances=tables.frame([r for s in specs for r in methods.tolerance_rows(s)],
+                                "tolerances"),
+        protocol=tables.frame([{"setting": k, "value": str(v)} for k, v in protocol.items()],
+                              "protocol"),
+        stops=tables.frame(methods.stop_rows(evidence), "stops"),
+        executions=tables.frame(methods.execution_rows(evidence), "executions"),
+        hosts=hosts)

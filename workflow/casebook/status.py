@@ -1,4 +1,8 @@
-"""A case's status line, derived from its records (never written by hand)."""
+"""A case's status on one target, derived from its records (never written by hand).
+
+The status is a list of phrases, each with a tone — ``ok``, ``bad``, ``warn`` or
+``note`` — so a page can show a failure as a failure.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +11,65 @@ from casebook.evidence import Evidence
 from casebook.measure import stats
 
 
-def line(ev: Evidence) -> str:
-    parts = []
-    modes = {c["execution"]["interpret"] for r in ev.verify.values() for c in r["checks"]
-             if "execution" in c}
+def hardware(ev: Evidence) -> str:
+    """The hardware the records were made on, as one would name it."""
+    gpus = [g["name"] for g in ev.host["gpus"]]
+    if gpus:
+        count = {name: gpus.count(name) for name in gpus}
+        return ", ".join(f"{n}× {name}" if n > 1 else name for name, n in count.items())
+    cpu = ev.host["cpu"]
+    return f"{cpu['model']} CPU ({cpu['usable_cores']} cores), no GPU"
+
+
+def _phrase(text: str, tone: str) -> dict[str, str]:
+    return {"text": text, "tone": tone}
+
+
+def _verification(ev: Evidence) -> dict[str, str]:
     if not ev.verify:
-        parts.append("not verified")
-    elif not ev.verified:
+        return _phrase("not verified", "warn")
+    if not ev.verified:
         failed = sum(not r["passed"] for r in ev.verify.values())
-        parts.append(f"verification FAILED at {failed} of {len(ev.verify)} points")
-    else:
-        parts.append("verified in interpret mode" if True in modes
-                     else f"verified on {ev.target.upper()}")
+        return _phrase(f"verification FAILED at {failed} of {len(ev.verify)} points", "bad")
+    interpreted = any(c["execution"]["interpret"] for r in ev.verify.values()
+                      for c in r["checks"] if "execution" in c)
+    return _phrase("verified in interpret mode" if interpreted
+                   else f"verified on {hardware(ev)}", "ok")
+
+
+def _versus(ev: Evidence) -> list[dict[str, str]]:
+    """Per baseline, at how many points the kernel was FASTER, and the largest speedup
+    whose whole interval clears the host's noise floor (none is printed otherwise)."""
+    by_baseline: dict[str, list[stats.Comparison]] = {}
+    for (_, name, _), c in conditions.comparisons(ev).items():
+        by_baseline.setdefault(name, []).append(c)
+    found = []
+    for name, compared in by_baseline.items():
+        faster = [c for c in compared if c.verdict == stats.FASTER]
+        clear = sorted(c.speedup for c in faster if c.printable)
+        best = f", up to {clear[-1]:.2f}×" if clear else ""
+        found.append(_phrase(f"faster than {name} at {len(faster)} of {len(compared)} "
+                             f"points{best}", "ok" if len(faster) == len(compared) else "note"))
+    return found
+
+
+def _measurement(ev: Evidence) -> list[dict[str, str]]:
+    if not any(r["timed"] for r in ev.time.values()):
+        return [_phrase("not timed" if ev.host["gpus"] else "not measured on GPU", "warn")]
+    if ev.interpreted or not ev.host["gpus"]:
+        return [_phrase("timed in interpret mode on the host CPU only", "warn"),
+                _phrase("not measured on GPU", "warn")]
+    return [_phrase(f"measured on {hardware(ev)}", "ok"), *_versus(ev)]
+
+
+def parts(ev: Evidence) -> list[dict[str, str]]:
+    """Verified where, lowered for what, measured where and against what."""
+    found = [_verification(ev)]
     built = sorted({a["target"] for b in ev.builds.values() for p in b["points"]
                     for a in p.get("artifacts", []) if a["target"] != "host"})
     if built:
-        parts.append("lowered for " + ", ".join(built))
-    timed = [r for r in ev.time.values() if r["timed"]]
-    if timed and not ev.interpreted and ev.host["gpus"]:
-        parts.append(f"measured on {ev.host['gpus'][0]['name']}")
-    else:
-        parts.append("not measured on GPU")
-    verdicts = conditions.comparisons(ev)
-    # Only speedups whose whole interval clears the noise floor are ever printed.
-    faster = [(c.speedup, name) for (_, name, _), c in verdicts.items()
-              if c.printable and c.verdict == stats.FASTER]
-    if faster:
-        best = max(faster)
-        parts.append(f"up to {best[0]:.2f}× faster than {best[1]} (outside the "
-                     f"±{ev.noise_floor['noise_floor']:.1%} noise floor)")
+        found.append(_phrase("lowered for " + ", ".join(built), "note"))
+    found += _measurement(ev)
     if ev.stale:
-        parts.append("STALE records")
-    return " · ".join(parts)
+        found.append(_phrase("STALE records", "bad"))
+    return found

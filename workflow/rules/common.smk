@@ -92,4 +92,5 @@ def figure_inputs(wildcards):
 
 
 def final_outputs():
-    return [paths.site_index(), *(paths.site_page(case) for case in CASES)]
+    site = [paths.site_methods(), *(paths.site_static(p.name) for p in paths.STATIC_DIR.iterdir())]
+    return [paths.site_index(), *(paths.site_page(case) for case in CASES), *site]

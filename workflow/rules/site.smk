@@ -1,4 +1,5 @@
-# Stage 8: the static site: one page per case and an index whose statuses come from records.
+# Stage 8: the static site: one page per case, a methods page, an index whose statuses
+# come from records, and the static assets; raw records are copied in beside them.
 
 
 rule page:
@@ -16,6 +17,39 @@ rule page:
         paths.log("site", "{case}"),
     script:
         "../scripts/page.py"
+
+
+rule methods:
+    input:
+        [str(case_config.case_path(config["case_dir"], case)) for case in CASES],
+        [m for case in CASES for m in case_manifests(case)],
+        # Each host's A/A noise floor: this machine's is made by the noise rule.
+        paths.noise_floor_record(TARGET),
+        [p for p in map(paths.noise_floor_record, TARGETS) if p != paths.noise_floor_record(TARGET) and os.path.exists(p)],
+    output:
+        paths.site_methods(),
+    params:
+        case_dir=config["case_dir"],
+        cases=list(CASES),
+        targets=TARGETS,
+        local_target=TARGET,
+        title=config["site"]["title"],
+        protocol=config["measurement"],
+    log:
+        paths.log("site", "methods"),
+    script:
+        "../scripts/methods.py"
+
+
+rule static:
+    input:
+        sorted(map(str, paths.STATIC_DIR.iterdir())),
+    output:
+        [paths.site_static(p.name) for p in sorted(paths.STATIC_DIR.iterdir())],
+    log:
+        paths.log("site", "static"),
+    script:
+        "../scripts/static.py"
 
 
 rule index:
@@ -44,3 +78,4 @@ for _case in CASES:
         input:
             paths.site_page(_case),
             paths.site_index(),
+            rules.static.output,

@@ -37,6 +37,8 @@ Wait = Callable[[Any], None]
 
 
 class HostClock:
+    """The host's monotonic clock around the call and the wait for its output."""
+
     kind = "host"
     description = "host perf_counter_ns around the call and the wait for its output"
 

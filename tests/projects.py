@@ -1,0 +1,53 @@
+"""Tiny projects for end-to-end tests: a copy of the sources and a one-point config."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from casebook import paths
+
+SOURCES = ["Snakefile", "workflow", "kernels", "configs", "site", "env"]
+# A loose target and few A/A rounds keep the run short; the protocol is the real one.
+MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.05,
+               "min_samples": 5, "min_time_s": 0.001, "timeout_s": 5, "confidence": 0.9,
+               "noise_floor": {"size": 64, "rounds": 4, "quantile": 0.75}}
+
+
+def tiny_case(tolerance_scale: float = 1.0) -> dict:
+    case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml").read_text())
+    case["points"] = case["points"][:1]
+    case["verify"]["trials"] = 1
+    for tol in case["tolerances"].values():
+        tol["atol"] *= tolerance_scale
+        tol["rtol"] *= tolerance_scale
+    return case
+
+
+def make_project(root: Path, case: dict) -> Path:
+    """A copy of the sources plus a tiny config; returns the project folder."""
+    project = root / "project"
+    project.mkdir()
+    for name in SOURCES:
+        src = paths.SOURCE_ROOT / name
+        copy = shutil.copytree if src.is_dir() else shutil.copy
+        copy(src, project / name, **({"ignore": shutil.ignore_patterns("public", "__pycache__")}
+                                     if src.is_dir() else {}))
+    case_dir = root / "cases"
+    case_dir.mkdir()
+    (case_dir / "splash_attention.yaml").write_text(yaml.safe_dump(case))
+    (root / "tiny.yaml").write_text(yaml.safe_dump({
+        "cases": ["splash_attention"], "case_dir": str(case_dir), "target": "cpu",
+        "measurement": MEASUREMENT}))
+    return project
+
+
+def snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+         str(project.parent / "tiny.yaml"), *args],
+        cwd=project, capture_output=True, text=True, timeout=800)

@@ -1,0 +1,115 @@
+"""The site's parts without a browser: status phrases, folding, tables, the noise floor."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from casebook import methods, paths, site, status, tables
+from casebook.errors import CasebookError
+from casebook.evidence import Evidence
+from casebook.measure import table
+
+CPU = {"model": "Test CPU", "usable_cores": 2}
+H200 = {"name": "NVIDIA H200"}
+
+
+def measurement(median: float, spread: float) -> dict:
+    return {"median_s": median, "ci_low_s": median - spread, "ci_high_s": median + spread,
+            "relative_noise": spread / median, "stop_reason": "enough", "confidence": 0.95,
+            "samples": 20}
+
+
+def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: float,
+             passed: bool = True) -> Evidence:
+    execution = {"mode": "m", "interpret": interpret, "poisoned": False,
+                 "race_detection": False}
+    verify = {"passed": passed, "checks": [{"execution": execution}], "sources_sha256": "s"}
+    return Evidence(
+        case="c", target="h200" if gpus else "cpu", spec={"points": [{"name": "p"}]},
+        env={}, host={"gpus": gpus, "cpu": CPU}, builds={},
+        verify={("v", "p"): verify},
+        time={("v", "p"): {"timed": passed, "execution": execution,
+                           "measurement": measurement(kernel_s, kernel_s / 100)}},
+        baselines={("b", "p"): {"timed": True, "execution": execution, "role": "without_work",
+                                "measurement": measurement(baseline_s, baseline_s / 100)}},
+        sources=[], current_sources_sha256="s", noise_floor=None)
+
+
+def write_samples(ev: Evidence, rng, spread: float = 0.01) -> None:
+    """Raw samples around each record's median, where the comparison reads them."""
+    for path, record in [
+            *((paths.time_record(ev.target, ev.case, v, p), r) for (v, p), r in ev.time.items()),
+            *((paths.baseline_record(ev.target, ev.case, b, p), r)
+              for (b, p), r in ev.baselines.items())]:
+        median = record["measurement"]["median_s"]
+        seconds = median * (1 + spread * rng.standard_normal(40))
+        table.write(paths.samples_table(path), [
+            {c: None for c in table.COLUMNS} | {"sample": i, "seconds": t, "discarded": False}
+            for i, t in enumerate(seconds)])
+
+
+def texts(ev: Evidence) -> list[str]:
+    return [p["text"] for p in status.parts(ev)]
+
+
+def test_interpret_mode_status_claims_no_speed():
+    found = texts(evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3))
+    assert found == ["verified in interpret mode",
+                     "timed in interpret mode on the host CPU only", "not measured on GPU"]
+
+
+def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
+    monkeypatch.chdir(tmp_path)
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
+    write_samples(ev, rng)
+    assert texts(ev) == ["verified on NVIDIA H200", "measured on NVIDIA H200",
+                         "faster than b at 1 of 1 points"]  # no floor: no speedup printed
+    ev.noise_floor = {"noise_floor": 0.02}
+    *_, versus = texts(ev)
+    assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.(39|40|41)×", versus)
+    assert status.hardware(evidence(False, [H200, H200], 1, 1)) == "2× NVIDIA H200"
+
+
+def test_a_failed_verification_reads_as_a_failure():
+    parts = status.parts(evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1,
+                                  passed=False))
+    assert parts[0] == {"text": "verification FAILED at 1 of 1 points", "tone": "bad"}
+
+
+def test_folding_never_hides_an_alarm():
+    six = {"correctness": ["a", "b", "c", "v @ p: FAILED: trial 0", "d"],
+           "reproduction": ["only"]}
+    folded = site.panel(six)
+    shown = [line["text"] for line in folded["correctness"]["shown"]]
+    assert shown == ["a", "b", "v @ p: FAILED: trial 0"]
+    assert [line["text"] for line in folded["correctness"]["more"]] == ["c", "d"]
+    assert folded["correctness"]["shown"][2]["alarm"] == "bad"
+    assert folded["reproduction"] == {"shown": [{"text": "only", "alarm": None}], "more": []}
+
+
+def test_tables_escape_every_cell_and_mark_failures():
+    html = tables._html([{"what": "<script>x</script>", "record": "data/a&b.json"},
+                         {"what": "ok", "record": None}], [True, False], "t")
+    assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+    assert '<a href="data/a&amp;b.json">json</a>' in html
+    assert html.count("fail") == 2  # both cells of the failed row, none of the other
+
+
+def test_no_noise_floor_record_is_said_plainly(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ev = evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3)
+    floor = methods.noise_floor("cpu", [ev], site.publish)
+    assert floor["recorded"] is None
+    assert floor["observed"] == {"n": 2, "low": "1.0%", "high": "1.0%", "median": "1.0%"}
+
+
+def test_a_corrupt_noise_floor_record_names_its_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    record = tmp_path / paths.noise_floor_record("cpu")
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"floor": 0.01}))
+    with pytest.raises(CasebookError, match=r"results/cpu/noise_floor\.json: schema_version"):
+        methods.noise_floor("cpu", [], site.publish)

@@ -1,0 +1,109 @@
+"""Facts for the methods page, read from records, case configs and the code that acts.
+
+Nothing here is a typed number: tolerances come from case configs, the timing protocol
+from the run's config, clocks and oracles from the modules that use them, and noise
+from the records. A host without an A/A noise-floor record is said to have none.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+from pathlib import Path
+from typing import Any
+
+from casebook import conditions, paths, records, verify
+from casebook.evidence import Evidence
+from casebook.measure import clocks, engine, stats, stopping
+
+
+def doc(function: Any) -> str:
+    """A function's own docstring: the rule as the code states it."""
+    return inspect.getdoc(function) or ""
+
+
+def verification_rules() -> dict[str, str]:
+    return {"oracle": verify.ORACLE, "comparison": doc(verify.compare),
+            "seed": doc(verify.draw_seed)}
+
+
+def measurement_rules() -> dict[str, str]:
+    return {"clock": "\n".join(f"{c.__name__}: {doc(c)}" for c in (
+                clocks.HostClock, clocks.CudaEventClock, clocks.CuptiKernelClock) if doc(c)),
+            "protocol": doc(engine.measure),
+            "stopping": "\n\n".join(f"{c.__name__}: {doc(c)}" for c in (
+                stopping.MedianPrecision, stopping.RelativeNoise, stopping.FixedCount,
+                stopping.TimeBudget)),
+            "interval": doc(stats.median_interval),
+            "comparison": doc(stats.compare)}
+
+
+def tolerance_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"case": spec["name"], "dtype": dtype, "atol": f"{t['atol']:g}",
+             "rtol": f"{t['rtol']:g}", "draws per point": spec["verify"]["trials"],
+             "why": t["reason"].strip()} for dtype, t in spec["tolerances"].items()]
+
+
+def _measurements(ev: Evidence) -> list[dict[str, Any]]:
+    return [r["measurement"] for r in (*ev.time.values(), *ev.baselines.values())
+            if r["timed"]]
+
+
+def execution_rows(evidence: list[Evidence]) -> list[dict[str, Any]]:
+    """Every way code was executed in the records, per target and stage."""
+    seen: dict[tuple, int] = {}
+    for ev in evidence:
+        found = [("verify", c["execution"]) for r in ev.verify.values() for c in r["checks"]
+                 if "execution" in c]
+        found += [("time", r["execution"]) for r in ev.time.values() if "execution" in r]
+        found += [("baseline", r["execution"]) for r in ev.baselines.values()]
+        for stage, e in found:
+            key = (ev.target, stage, e["mode"], e["interpret"], e["poisoned"],
+                   e["race_detection"])
+            seen[key] = seen.get(key, 0) + 1
+    return [{"target": t, "stage": s, "mode": m, "interpret": "yes" if i else "no",
+             "uninitialised memory poisoned": "yes" if p else "no",
+             "race detection": "yes" if r else "no", "runs": n}
+            for (t, s, m, i, p, r), n in sorted(seen.items())]
+
+
+def stop_rows(evidence: list[Evidence]) -> list[dict[str, Any]]:
+    """Why sampling stopped, as recorded, with how often."""
+    counts: dict[tuple[str, str], int] = {}
+    for ev in evidence:
+        for m in _measurements(ev):
+            counts[ev.target, m["stop_reason"]] = counts.get((ev.target, m["stop_reason"]),
+                                                             0) + 1
+    return [{"target": t, "stop reason": why, "measurements": n}
+            for (t, why), n in sorted(counts.items())]
+
+
+def _flat_facts(record: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    skip = {"schema_version", "kind", "commit", "created_at", "target"}
+    facts = []
+    for key, value in record.items():
+        if prefix == "" and key in skip:
+            continue
+        if isinstance(value, dict):
+            facts += _flat_facts(value, f"{prefix}{key}.")
+        elif not isinstance(value, list):
+            facts.append((f"{prefix}{key}", f"{value:.4g}" if isinstance(value, float)
+                          else str(value)))
+    return facts
+
+
+def noise_floor(target: str, evidence: list[Evidence], href) -> dict[str, Any]:
+    """The host's recorded A/A floor if there is one, and the noise the records show."""
+    path = paths.noise_floor_record(target)
+    recorded = None
+    if Path(path).exists():
+        record = records.read(path, "noise_floor")
+        recorded = {"summary": conditions.floor_line(record), "facts": _flat_facts(record),
+                    "href": href(path),
+                    "created_at": record["created_at"], "commit": record["commit"]}
+    noise = [m["relative_noise"] for ev in evidence for m in _measurements(ev)]
+    observed = None
+    if noise:
+        observed = {"n": len(noise), "low": f"{min(noise):.1%}", "high": f"{max(noise):.1%}",
+                    "median": f"{statistics.median(noise):.1%}"}
+    return {"target": target, "path": path, "recorded": recorded, "observed": observed}

@@ -1,0 +1,119 @@
+"""The result tables of the pages, built with pandas from records.
+
+Every cell is HTML-escaped; the only markup added is the link to a raw record or sample
+file, whose address comes from ``href`` (a published path relative to the page). Rows
+that failed carry the class ``fail`` on every cell, so a failure reads as one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+from pandas.io.formats.style import Styler
+
+from casebook import conditions, fmt, paths
+from casebook.evidence import Evidence
+
+Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
+
+
+def _html(rows: list[dict[str, Any]], failed: list[bool], table_id: str) -> str:
+    if not rows:
+        return ""
+    frame = pd.DataFrame(rows)
+    classes = pd.DataFrame([["fail" if bad else ""] * frame.shape[1] for bad in failed],
+                           columns=frame.columns)
+    styler = (Styler(frame, uuid=table_id, cell_ids=False).hide(axis="index")
+              .format(escape="html", na_rep="—").set_td_classes(classes))
+    for column in ("record", "samples"):
+        if column in frame:
+            styler = styler.format(_link(column), subset=[column], escape="html", na_rep="—")
+    html = styler.to_html(table_attributes='class="results"')
+    return html.replace('<style type="text/css">\n</style>\n', "")
+
+
+def _link(label: str) -> Callable[[str], str]:
+    return lambda href: f'<a href="{href}">{"json" if label == "record" else "csv"}</a>'
+
+
+def verification(ev: Evidence, href: Href) -> str:
+    rows, failed = [], []
+    for (variant, point), r in ev.verify.items():
+        worst = r["worst_error_over_tolerance"]
+        rows.append({
+            "variant": variant, "point": point,
+            "result": "passed" if r["passed"] else "FAILED",
+            "draws": r["trials"],
+            "max |error|": f"{r['max_abs_error']:.3g}",
+            "worst error / tolerance": f"{worst:.3g}" if worst is not None else "undefined",
+            "races": "yes" if r["races_found"] else "no",
+            "seed": str(r["seed"]),
+            "record": href(paths.verify_record(ev.target, ev.case, variant, point))})
+        failed.append(not r["passed"])
+    return _html(rows, failed, f"verify-{ev.target}")
+
+
+def _timing_row(what: str, role: str, point: str, record: dict[str, Any], path: str,
+                href: Href) -> dict[str, Any]:
+    m = record.get("measurement")
+    execution = record.get("execution")
+    return {
+        "what": what, "role": role, "point": point,
+        "interpret mode": ("yes" if execution["interpret"] else "no") if execution else None,
+        "median": fmt.seconds(m["median_s"]) if m else
+        f"not timed: {record['not_timed_reason']}",
+        "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])} "
+                    f"({m['confidence']:.0%})" if m else None,
+        "n": m["samples"] if m else None,
+        "relative noise": f"{m['relative_noise']:.1%}" if m else None,
+        "stopped by": f"{m['stop_criterion']}: {m['stop_reason']}" if m else None,
+        "clock": m["clock_kind"] if m else None,
+        "cache": m["cache"]["mode"] if m else None,
+        "throttled (discarded)": m["throttling"]["discarded"] if m else None,
+        "samples": href(paths.samples_table(path)),
+        "record": href(path)}
+
+
+def timing(ev: Evidence, href: Href) -> str:
+    rows, failed = [], []
+    for (variant, point), record in ev.time.items():
+        path = paths.time_record(ev.target, ev.case, variant, point)
+        rows.append(_timing_row(variant, "kernel", point, record, path, href))
+        failed.append(not record["timed"])
+    for (name, point), record in ev.baselines.items():
+        path = paths.baseline_record(ev.target, ev.case, name, point)
+        role = record["role"].replace("_", " ")
+        rows.append(_timing_row(name, f"baseline: {role}", point, record, path, href))
+        failed.append(not record["timed"])
+    return _html(rows, failed, f"time-{ev.target}")
+
+
+def comparisons(ev: Evidence) -> str:
+    rows = [{"kernel": variant, "baseline": name, "point": point, "verdict": c.verdict,
+             "baseline / kernel": conditions.comparison_text(c)}
+            for (variant, name, point), c in conditions.comparisons(ev).items()]
+    return _html(rows, [False] * len(rows), f"compare-{ev.target}")
+
+
+def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = ", ".join(map(str, value)) if isinstance(
+                value, list) else value
+    return flat
+
+
+def points(spec: dict[str, Any]) -> str:
+    """The problem grid of a case config, one row per point."""
+    rows = [{"point": p["name"], **_flatten(p["params"])} for p in spec["points"]]
+    return _html(rows, [False] * len(rows), f"points-{spec['name']}")
+
+
+def frame(rows: list[dict[str, Any]], table_id: str) -> str:
+    """Any list of plain facts as an escaped table (used by the methods page)."""
+    return _html(rows, [False] * len(rows), table_id)

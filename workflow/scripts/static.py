@@ -1,0 +1,7 @@
+"""Snakemake script: stage 8, the style sheet and script beside the pages."""
+
+from casebook import site
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    site.static_assets()
