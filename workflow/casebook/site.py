@@ -7,6 +7,7 @@ stops the page with a message naming the file and the field.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,8 @@ def _timing_table(ev: Evidence) -> str:
 
 
 def _target_section(spec: dict[str, Any], case_path: Path, target: str,
-                    local_target: str) -> dict[str, Any]:
-    ev = gather(spec, case_path, target, must_exist=target == local_target)
+                    measured: Collection[str]) -> dict[str, Any]:
+    ev = gather(spec, case_path, target, must_exist=target in measured)
     manifest = records.read(paths.figure_manifest(spec["name"], target), "manifest")
     figures = []
     for name in manifest["figures"]:
@@ -70,25 +71,26 @@ def _target_section(spec: dict[str, Any], case_path: Path, target: str,
             "stale": ev.stale}
 
 
-def case_page(case_dir: str, case: str, targets: list[str], local_target: str,
+def case_page(case_dir: str, case: str, targets: list[str], measured: Collection[str],
               title: str) -> None:
+    """One case's page: a section per target; ``measured`` are the targets this run made."""
     spec = config.load_case(case_dir, case)
     case_path = config.case_path(case_dir, case)
-    sections = [_target_section(spec, case_path, t, local_target) for t in targets]
+    sections = [_target_section(spec, case_path, t, measured) for t in targets]
     html = _environment().get_template("case.html").render(
         site_title=title, spec=spec, sections=sections, headings=conditions.HEADINGS)
     _write(paths.site_page(case), html)
 
 
 def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
-          local_target: str, title: str) -> None:
+          measured: Collection[str], title: str) -> None:
     cards = []
     for case in cases:
         spec = config.load_case(case_dir, case)
         case_path = config.case_path(case_dir, case)
         statuses = []
         for target in targets_of[case]:
-            ev = gather(spec, case_path, target, must_exist=target == local_target)
+            ev = gather(spec, case_path, target, must_exist=target in measured)
             statuses.append({"target": target, "line": status.line(ev),
                              "commit": ev.env["commit"], "date": ev.env["created_at"]})
         cards.append({"spec": spec, "page": Path(paths.site_page(case)).name,

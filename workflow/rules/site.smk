@@ -10,7 +10,7 @@ rule page:
     params:
         case_dir=config["case_dir"],
         targets=TARGETS,
-        local_target=TARGET,
+        measured=MEASURED,
         title=config["site"]["title"],
     log:
         paths.log("site", "{case}"),
@@ -28,7 +28,7 @@ rule index:
         case_dir=config["case_dir"],
         cases=list(CASES),
         targets=TARGETS,
-        local_target=TARGET,
+        measured=MEASURED,
         title=config["site"]["title"],
     log:
         paths.log("site", "index"),
