@@ -8,6 +8,7 @@ the case passed verification, and the manifest says why.
 from __future__ import annotations
 
 import io
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +93,11 @@ def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
                        + (f"Comparisons: {verdicts}." if verdicts else "")}
 
 
-def run(case_dir: str, case: str, target: str, local_target: str) -> dict[str, Any]:
+def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dict[str, Any]:
+    """The figures of ``case`` on ``target``; records of ``measured`` targets must all exist."""
     spec = config.load_case(case_dir, case)
     ev = gather(spec, config.case_path(case_dir, case), target,
-                must_exist=target == local_target)
+                must_exist=target in measured)
     six = conditions.assemble(ev)
     drawn, withheld = [], []
     verified_points = [p for p in ev.points

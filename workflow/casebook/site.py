@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +123,8 @@ def _raw_records(ev: Evidence, manifest_path: str) -> list[dict[str, str | None]
 
 
 def _target_section(spec: dict[str, Any], case_path: Path, target: str,
-                    local_target: str) -> dict[str, Any]:
-    ev = gather(spec, case_path, target, must_exist=target == local_target)
+                    measured: Collection[str]) -> dict[str, Any]:
+    ev = gather(spec, case_path, target, must_exist=target in measured)
     manifest_path = paths.figure_manifest(spec["name"], target)
     manifest = records.read(manifest_path, "manifest")
     return {
@@ -138,25 +139,26 @@ def _target_section(spec: dict[str, Any], case_path: Path, target: str,
         "command": conditions.command(ev), "raw": _raw_records(ev, manifest_path)}
 
 
-def case_page(case_dir: str, case: str, targets: list[str], local_target: str,
+def case_page(case_dir: str, case: str, targets: list[str], measured: Collection[str],
               title: str) -> None:
+    """One case's page: a section per target; ``measured`` are the targets this run made."""
     spec = config.load_case(case_dir, case)
     case_path = config.case_path(case_dir, case)
-    sections = [_target_section(spec, case_path, t, local_target) for t in targets]
+    sections = [_target_section(spec, case_path, t, measured) for t in targets]
     _render(paths.site_page(case), "case.html", site_title=title, spec=spec,
             sections=sections, headings=conditions.HEADINGS,
             points=tables.points(spec), page="case")
 
 
 def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
-          local_target: str, title: str) -> None:
+          measured: Collection[str], title: str) -> None:
     cards = []
     for case in cases:
         spec = config.load_case(case_dir, case)
         case_path = config.case_path(case_dir, case)
         rows = []
         for target in targets_of[case]:
-            ev = gather(spec, case_path, target, must_exist=target == local_target)
+            ev = gather(spec, case_path, target, must_exist=target in measured)
             rows.append({"target": target, "hardware": status.hardware(ev),
                          "status": status.parts(ev),
                          "made": _made(ev)})
@@ -171,11 +173,12 @@ def static_assets() -> None:
         records.atomic_write_text(paths.site_static(asset.name), asset.read_text())
 
 
-def methods_page(case_dir: str, cases: list[str], targets: list[str], local_target: str,
+def methods_page(case_dir: str, cases: list[str], targets: list[str],
+                 measured: Collection[str],
                  title: str, protocol: dict[str, Any]) -> None:
     specs = [config.load_case(case_dir, case) for case in cases]
     by_target = {t: [gather(s, config.case_path(case_dir, s["name"]), t,
-                            must_exist=t == local_target) for s in specs] for t in targets}
+                            must_exist=t in measured) for s in specs] for t in targets}
     evidence = [ev for evs in by_target.values() for ev in evs]
     hosts = [{**methods.noise_floor(t, evs, publish), "hardware": status.hardware(evs[0]),
               "host_href": publish(paths.host_record(t))}

@@ -12,6 +12,9 @@ rule baseline:
         measurement=config["measurement"],
     log:
         paths.log("baseline", "{target}", "{case}", "{baseline}", "{point}"),
-    threads: workflow.cores
+    threads: measure_threads
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/baseline.py"

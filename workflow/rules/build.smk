@@ -10,5 +10,8 @@ rule build:
         case_dir=config["case_dir"],
     log:
         paths.log("build", "{target}", "{case}", "{variant}"),
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/build.py"

@@ -1,4 +1,4 @@
-# Shared by every stage: the validated cases, this machine's target, input functions.
+# Shared by every stage: the validated cases, the targets measured, input functions.
 import os
 import re
 import sys
@@ -22,17 +22,17 @@ try:
     case_config.validate(" + ".join(sources), config, paths.CONFIG_SCHEMA)
     validate(config, str(paths.CONFIG_SCHEMA))
     CASES = {name: case_config.load_case(config["case_dir"], name) for name in config["cases"]}
-    TARGET = (
+    # The targets this run produces records for: configured, or this machine's own.
+    MEASURED = config["targets"] or [
         config["target"]
         if config["target"] != "auto"
         else hostcapture.device_class(hostcapture.gpu_facts()[0])
-    )
+    ]
 except CasebookError as error:
     raise WorkflowError(f"casebook: {error}") from None
 
 # Records of other targets (committed from other machines) are inputs, never outputs.
-TARGETS = sorted(set(paths.present_targets()) | {TARGET})
-LOCK_PLATFORM = "cpu" if TARGET == "cpu" else "cuda"
+TARGETS = sorted(set(paths.present_targets()) | set(MEASURED))
 
 
 def _names(group):
@@ -40,7 +40,7 @@ def _names(group):
 
 
 wildcard_constraints:
-    target=re.escape(TARGET),
+    target="|".join(map(re.escape, MEASURED)),
     shown_target="|".join(map(re.escape, TARGETS)),
     case="|".join(CASES),
     variant=_names("variants"),
@@ -52,19 +52,42 @@ def case_file(wildcards):
     return str(case_config.case_path(config["case_dir"], wildcards.case))
 
 
+def lock_platform(target):
+    """The lock a target's environment is checked against: cuda on a GPU, else cpu."""
+    return "cpu" if target == "cpu" else "cuda"
+
+
 def case_inputs(wildcards):
     """What a case's records depend on: its config, its kernel sources, the environment."""
     return [
         case_file(wildcards),
         *map(str, provenance.kernel_sources(wildcards.case)),
-        paths.env_record(TARGET),
-        paths.host_record(TARGET),
+        paths.env_record(wildcards.target),
+        paths.host_record(wildcards.target),
     ]
 
 
-def case_records(case):
-    """Every record this machine produces for ``case``."""
-    spec, t = CASES[case], TARGET
+# What a target's jobs (env, host, build, verify, time, baseline) ask a cluster for
+# (config `cluster`); a GPU target's jobs then run only on nodes of its GPU kind.
+def target_gpus(wildcards):
+    return config["cluster"][wildcards.target]["gpus"]
+
+
+def target_constraint(wildcards):
+    """The node feature of the target's GPU kind; None (no --constraint) when empty."""
+    return config["cluster"][wildcards.target]["constraint"] or None
+
+
+def measure_threads(wildcards):
+    """A measurement takes the whole machine locally; on a cluster, measure_cpus cores."""
+    if workflow.non_local_exec or workflow.remote_exec:
+        return config["cluster"]["measure_cpus"]
+    return workflow.cores
+
+
+def case_records(case, target):
+    """Every record ``target`` produces for ``case``."""
+    spec, t = CASES[case], target
     out = [paths.noise_floor_record(t)]
     out += [paths.build_record(t, case, v["name"]) for v in spec["variants"]]
     for p in spec["points"]:
@@ -82,8 +105,8 @@ def case_manifests(case):
 
 
 def figure_inputs(wildcards):
-    if wildcards.shown_target == TARGET:
-        return case_records(wildcards.case)
+    if wildcards.shown_target in MEASURED:
+        return case_records(wildcards.case, wildcards.shown_target)
     # Another machine's records: rendered as found, never regenerated.
     target = wildcards.shown_target
     found = Path(paths.target_dir(target), wildcards.case).rglob("*.json")

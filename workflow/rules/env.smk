@@ -1,14 +1,17 @@
-# Stage 1: the environment actually found, against the hash-pinned lock.
+# Stage 1: the environment actually found on the target's nodes, against its hash-pinned lock.
 
 
 rule env:
     input:
-        lock=str(paths.lock_file(LOCK_PLATFORM)),
+        lock=lambda wildcards: str(paths.lock_file(lock_platform(wildcards.target))),
     output:
         paths.env_record("{target}"),
     params:
-        lock_platform=LOCK_PLATFORM,
+        lock_platform=lambda wildcards: lock_platform(wildcards.target),
     log:
         paths.log("env", "{target}"),
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/capture_env.py"

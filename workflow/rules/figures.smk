@@ -9,7 +9,7 @@ rule figures:
         paths.figure_manifest("{case}", "{shown_target}"),
     params:
         case_dir=config["case_dir"],
-        local_target=TARGET,
+        measured=MEASURED,
     log:
         paths.log("figures", "{case}", "{shown_target}"),
     script:

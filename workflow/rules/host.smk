@@ -6,5 +6,8 @@ rule host:
         paths.host_record("{target}"),
     log:
         paths.log("host", "{target}"),
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/capture_host.py"

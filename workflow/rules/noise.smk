@@ -12,6 +12,9 @@ rule noise_floor:
     log:
         paths.log("noise_floor", "{target}"),
     # A measurement takes every core, so no other job runs beside it.
-    threads: workflow.cores
+    threads: measure_threads
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/noise_floor.py"

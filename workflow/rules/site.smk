@@ -11,7 +11,7 @@ rule page:
     params:
         case_dir=config["case_dir"],
         targets=TARGETS,
-        local_target=TARGET,
+        measured=MEASURED,
         title=config["site"]["title"],
     log:
         paths.log("site", "{case}"),
@@ -23,16 +23,19 @@ rule methods:
     input:
         [str(case_config.case_path(config["case_dir"], case)) for case in CASES],
         [m for case in CASES for m in case_manifests(case)],
-        # Each host's A/A noise floor: this machine's is made by the noise rule.
-        paths.noise_floor_record(TARGET),
-        [p for p in map(paths.noise_floor_record, TARGETS) if p != paths.noise_floor_record(TARGET) and os.path.exists(p)],
+        # Each host's A/A noise floor: the measured targets' are made by the noise rule.
+        [
+            p
+            for t, p in zip(TARGETS, map(paths.noise_floor_record, TARGETS))
+            if t in MEASURED or os.path.exists(p)
+        ],
     output:
         paths.site_methods(),
     params:
         case_dir=config["case_dir"],
         cases=list(CASES),
         targets=TARGETS,
-        local_target=TARGET,
+        measured=MEASURED,
         title=config["site"]["title"],
         protocol=config["measurement"],
     log:
@@ -62,7 +65,7 @@ rule index:
         case_dir=config["case_dir"],
         cases=list(CASES),
         targets=TARGETS,
-        local_target=TARGET,
+        measured=MEASURED,
         title=config["site"]["title"],
     log:
         paths.log("site", "index"),

@@ -14,6 +14,9 @@ rule time:
     log:
         paths.log("time", "{target}", "{case}", "{variant}", "{point}"),
     # A measurement takes every core, so no other job runs beside it.
-    threads: workflow.cores
+    threads: measure_threads
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/time.py"

@@ -11,5 +11,8 @@ rule verify:
         case_dir=config["case_dir"],
     log:
         paths.log("verify", "{target}", "{case}", "{variant}", "{point}"),
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/verify.py"

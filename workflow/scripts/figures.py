@@ -5,4 +5,4 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     figures.run(snakemake.params.case_dir, snakemake.wildcards.case,
-                snakemake.wildcards.shown_target, snakemake.params.local_target)
+                snakemake.wildcards.shown_target, snakemake.params.measured)

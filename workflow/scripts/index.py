@@ -5,4 +5,4 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     p = snakemake.params
-    site.index(p.case_dir, p.cases, {c: p.targets for c in p.cases}, p.local_target, p.title)
+    site.index(p.case_dir, p.cases, {c: p.targets for c in p.cases}, p.measured, p.title)

@@ -5,4 +5,4 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     p = snakemake.params
-    site.methods_page(p.case_dir, p.cases, p.targets, p.local_target, p.title, p.protocol)
+    site.methods_page(p.case_dir, p.cases, p.targets, p.measured, p.title, p.protocol)

@@ -5,4 +5,4 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     p = snakemake.params
-    site.case_page(p.case_dir, snakemake.wildcards.case, p.targets, p.local_target, p.title)
+    site.case_page(p.case_dir, snakemake.wildcards.case, p.targets, p.measured, p.title)
