@@ -187,7 +187,7 @@ def test_matches_upstream_tpu_splash_in_interpret_mode(rng, interpreter):
        block_kv=st.sampled_from([64, 128]), seed=st.integers(0, 2**32 - 1))
 def test_fuzz_forward(interpreter, kind, layout, dims, dtype, cap, with_segments, lse,
                       block_kv, seed):
-    """A bounded randomized sweep in CI; ``benchmarks/fuzz_mgpu.py`` runs a larger one."""
+    """A bounded randomized sweep (4 examples per CI run, fresh each run)."""
     rng = np.random.default_rng(seed)
     mask = mask_of(kind, layout[0], rng)
     q, k, v = inputs(rng, *layout, *dims, dtype)

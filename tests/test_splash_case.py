@@ -66,9 +66,9 @@ def test_port_runs_through_the_plugin_and_matches_the_oracle(rng, name, variant,
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("baseline", ["dense_masked", "xla_dot_product_attention"])
-@pytest.mark.parametrize("name", sorted(POINTS))
+@pytest.mark.parametrize("name", sorted({**POINTS, **PORT_POINTS}))
 def test_baselines_match_the_oracle(rng, name, baseline):
-    params = POINTS[name]
+    params = {**POINTS, **PORT_POINTS}[name]
     inputs = splash.make_inputs(params, rng)
     atol, rtol = TOL[params["dtype"]]
     assert compare(run(splash.baseline(baseline, params), inputs),

@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from casebook import conditions, config, fmt, paths, records, status
+from casebook import conditions, config, figures, fmt, paths, records, status
 from casebook.evidence import Evidence, gather
 
 
@@ -35,6 +35,18 @@ def _verify_table(ev: Evidence) -> str:
                                          if r["worst_error_over_tolerance"] is not None
                                          else "—"),
              "races": r["races_found"]} for (v, p), r in ev.verify.items()]
+    return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
+
+
+def _build_table(ev: Evidence) -> str:
+    rows = [{"variant": r["variant"], "point": r["point"],
+             "run here": "no (build only)" if r["build_only"] else "yes (interpreter)",
+             "target": r["target"], "grid": " × ".join(map(str, r["grid"])),
+             "block": " × ".join(map(str, r["block"])),
+             "shared memory": f"{r['dynamic_smem_bytes']:,} B of {r['smem_limit_bytes']:,}",
+             "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()),
+             "partial blocks from": r.get("mask_source", "—")}
+            for r in figures.lowered_launches(ev)]
     return pd.DataFrame(rows).to_html(index=False, classes="results", border=0) if rows else ""
 
 
@@ -79,7 +91,8 @@ def _target_section(spec: dict[str, Any], case_path: Path, target: str,
     failures = [f"{v} @ {p}: {f}" for (v, p), r in ev.verify.items() for f in r["failures"]]
     return {"target": target, "status": status.line(ev), "figures": figures,
             "withheld": manifest["withheld"], "failures": failures,
-            "verify_table": _verify_table(ev), "timing_table": _timing_table(ev),
+            "verify_table": _verify_table(ev), "build_table": _build_table(ev),
+            "timing_table": _timing_table(ev),
             "comparison_table": _comparison_table(ev), "noise_floor": conditions.floor_text(ev),
             "stale": ev.stale}
 
