@@ -13,6 +13,13 @@ block table (compacted by ``block_plan``) it walks only the non-empty kv blocks:
    wgmma, O and the row statistics carried in registers;
 4. O / l (0 for a row that sees no key) and optionally logsumexp, stored through SMEM.
 
+Segment ids reach the accumulator's layout through broadcast int32 tiles read from
+SMEM: q ids as [Sq, 32] (a row max gives the per-row vector), kv ids as [block_q, Skv]
+(read as a [block_q, block_kv] tile per step). This costs block_q x Skv x 4 bytes of
+global memory and block_q x block_kv x 4 bytes of SMEM per stage; a register-level
+broadcast would avoid it but needs ``plgpu.load`` with a layout, which the 0.10.2
+interpreter cannot run.
+
 Constraints: f16/bf16; Dqk, Dv multiples of 64 up to 256; sequence lengths multiples
 of the block sizes; no 1/sqrt(D) scaling inside (as upstream). What is verified is
 what is lowered: ``make`` builds the same kernel with ``interpret=`` the Mosaic GPU
@@ -204,7 +211,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
             # Row max of a [bq, 32] broadcast tile: the q ids in the accumulator's row layout.
             q_segments = q_seg_smem[...].max(axis=1)
 
-        # Zeros in the accumulator layouts (no layout_cast: it does not interpret).
+        # Zeros in the accumulator's layouts: a fresh accumulator is zero-initialised.
         zero_o = pl.run_scoped(lambda acc: acc[...],
                                plgpu.ACC((bq, problem.head_dim_v), jnp.float32))
         zero_row = pl.run_scoped(lambda acc: acc[...],
