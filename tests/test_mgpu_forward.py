@@ -12,71 +12,18 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
 from casebook.verify import compare
 from kernels.splash_attention import block_plan, lowering, mgpu, mgpu_forward, oracle_f64
+from kernels.splash_attention.problems import MASK_KINDS, S, dense, inputs, mask_of, segments
 
 TOL = {"float16": 3e-3, "bfloat16": 2e-2}
 LSE_TOL = 1e-3
-DTYPE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-S = 256
-
-
-def mask_of(kind: str, heads: int, rng: np.random.Generator, s: int = S):
-    """An upstream MultiHeadMask of ``kind`` for ``heads`` query heads."""
-    shape = (s, s)
-    if kind == "causal":
-        return splash.MultiHeadMask([splash.CausalMask(shape)] * heads)
-    if kind == "causal_offset":
-        return splash.MultiHeadMask([splash.CausalMask(shape, offset=40)] * heads)
-    if kind == "local":
-        return splash.MultiHeadMask([splash.LocalMask(shape, (70, 10), offset=0)] * heads)
-    if kind == "chunked":
-        return splash.MultiHeadMask([mask_lib.ChunkedCausalMask(shape, 96)] * heads)
-    if kind == "full":
-        return splash.MultiHeadMask([splash.FullMask(shape)] * heads)
-    if kind == "numpy":
-        dense = (rng.random(shape) < 0.3) | np.eye(s, dtype=bool)
-        return splash.MultiHeadMask([splash.NumpyMask(dense)] * heads)
-    if kind == "combined":  # (causal & local) | a sink column block: & and | of masks
-        sink = np.zeros(shape, bool)
-        sink[:, :16] = True
-        both = (splash.CausalMask(shape) & splash.LocalMask(shape, (50, 0), offset=0)) \
-            | splash.NumpyMask(sink)
-        return splash.MultiHeadMask([both] * heads)
-    if kind == "per_head":
-        return splash.MultiHeadMask([splash.CausalMask(shape) if h % 2 else
-                                     splash.LocalMask(shape, (30, 30), offset=0)
-                                     for h in range(heads)])
-    raise ValueError(kind)
-
-
-def dense(mask) -> np.ndarray:
-    return np.stack([m[:, :] for m in mask.masks])
-
-
-def inputs(rng, hq, hkv, dqk, dv, dtype, s=S):
-    dt = DTYPE[dtype]
-    q = (rng.standard_normal((hq, s, dqk)) / np.sqrt(dqk)).astype(dt)
-    k = rng.standard_normal((hkv, s, dqk)).astype(dt)
-    v = rng.standard_normal((hkv, s, dv)).astype(dt)
-    return q, k, v
-
-
-def segments(rng, s=S):
-    """Sorted segment ids (packed sequences), the same for q and kv."""
-    cuts = np.sort(rng.choice(np.arange(1, s), size=3, replace=False))
-    ids = np.zeros(s, np.int32)
-    for c in cuts:
-        ids[c:] += 1
-    return splash.SegmentIds(q=ids, kv=ids)
 
 
 @pytest.fixture
@@ -178,8 +125,7 @@ def test_matches_upstream_tpu_splash_in_interpret_mode(rng, interpreter):
 @pytest.mark.timeout(600)
 @settings(max_examples=4, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(kind=st.sampled_from(["causal", "causal_offset", "local", "chunked", "numpy",
-                             "combined", "per_head"]),
+@given(kind=st.sampled_from(MASK_KINDS),
        layout=st.sampled_from([(2, 2), (2, 1), (4, 2)]),
        dims=st.sampled_from([(64, 64), (128, 64), (64, 128)]),
        dtype=st.sampled_from(["float16", "bfloat16"]),
