@@ -7,7 +7,9 @@
 #   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
 #                         sees a GPU, else cpu)
 #   make bench            CPU calibration and efficiency benchmarks of the measurement
-#                         engine (a few minutes); results in benchmarks/results/
+#                         engine, and the 40-example fuzz of the splash attention port in
+#                         the Mosaic GPU interpreter (a few minutes); results in
+#                         benchmarks/results/
 #   make lock             regenerate env/cpu.lock and env/cuda.lock from env/*.in
 #   make clean            remove generated records, figures and the site
 
@@ -51,6 +53,7 @@ lint: env
 bench: env
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.calibration
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.efficiency
+	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
 
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \

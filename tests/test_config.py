@@ -41,7 +41,7 @@ def test_shipped_case_loads_with_defaults(case_dir):
     (lambda d: d["points"][1]["params"].update(extra=1), "points.1.params.extra", "unknown"),
     (lambda d: d["points"][0]["params"]["mask"].update(kind="local"),
      "points.0.params.mask.window", "required"),
-    (lambda d: d["tolerances"].pop("bfloat16"), "points.2.params.dtype", "no tolerance"),
+    (lambda d: d["tolerances"].pop("bfloat16"), "points.1.params.dtype", "no tolerance"),
     (lambda d: d["tolerances"]["float32"].update(reason="short"), "tolerances.float32.reason",
      "too short"),
     (lambda d: d["baselines"].append(dict(d["baselines"][0])), "baselines", "appears twice"),

@@ -74,3 +74,36 @@ class TestCompare:
 
     def test_shape_change_fails(self):
         assert not compare(np.zeros(4), np.zeros(5), atol=1, rtol=1)["passed"]
+
+
+def loop_attention_full(q, k, v, mask, segments, cap):
+    """Row by row with per-head masks, segment ids and soft cap; empty rows give 0."""
+    group = q.shape[0] // k.shape[0]
+    out = np.zeros((*q.shape[:2], v.shape[2]))
+    lse = np.full(q.shape[:2], -np.inf)
+    for h in range(q.shape[0]):
+        for i in range(q.shape[1]):
+            keys = [j for j in np.flatnonzero(mask[h, i]) if segments[0][i] == segments[1][j]]
+            if not keys:
+                continue
+            logits = np.array([cap * np.tanh(q[h, i] @ k[h // group, j] / cap) for j in keys])
+            w = np.exp(logits - logits.max())
+            out[h, i] = (w / w.sum()) @ v[h // group, keys]
+            lse[h, i] = logits.max() + np.log(w.sum())
+    return out, lse
+
+
+def test_oracle_with_segments_soft_cap_per_head_masks_and_empty_rows(rng):
+    q = rng.standard_normal((4, 10, 8)) * 3
+    k, v = rng.standard_normal((2, 2, 10, 8))
+    mask = rng.random((4, 10, 10)) < 0.4
+    mask[0, 3] = False  # a row that sees no key
+    segments = (rng.integers(0, 3, 10), rng.integers(0, 3, 10))
+    out, lse = oracle_f64.attention(q, k, v, mask, segment_ids=segments, soft_cap=2.0,
+                                    return_lse=True)
+    want_out, want_lse = loop_attention_full(q, k, v, mask, segments, 2.0)
+    np.testing.assert_allclose(out, want_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.isinf(lse), np.isinf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-12)
+    assert (out[0, 3] == 0).all()

@@ -158,7 +158,8 @@ def test_the_site_is_the_local_runs_site(runs):
 
 def test_a_failed_job_is_reported_with_its_slurm_id_and_log(runs):
     _, remote, _ = runs
-    record = remote / "results/cpu/splash_attention/time/upstream/mha_causal_f32.json"
+    point = tiny_case()["points"][0]["name"]
+    record = remote / f"results/cpu/splash_attention/time/upstream/{point}.json"
     with edited(record, record.read_text()[:100]):
         done = on_cluster(remote, "--forcerun", "figures")
     assert done.returncode != 0

@@ -20,7 +20,11 @@ POINTS = {
     "gqa_local_bf16": {"heads_q": 4, "heads_kv": 2, "seq_len": 384, "head_dim": 64,
                        "mask": {"kind": "local", "window": [100, 20]}, "dtype": "bfloat16"},
 }
-TOL = {"float32": (3e-3, 3e-3), "bfloat16": (2e-2, 2e-2)}
+TOL = {"float32": (3e-3, 3e-3), "float16": (3e-3, 3e-3), "bfloat16": (2e-2, 2e-2)}
+PORT_POINTS = {
+    "mha_causal_f16": {**POINTS["mha_causal_f32"], "dtype": "float16"},
+    "gqa_local_bf16": POINTS["gqa_local_bf16"],
+}
 
 
 def run(runnable, inputs):
@@ -41,11 +45,30 @@ def test_upstream_kernel_matches_the_oracle(rng, name, purpose):
     assert not splash.races_found()
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("purpose", ["check", "time"])
+@pytest.mark.parametrize("variant", ["mgpu", "mgpu_mask_tiles"])
+@pytest.mark.parametrize("name", sorted(PORT_POINTS))
+def test_port_runs_through_the_plugin_and_matches_the_oracle(rng, name, variant, purpose):
+    params = PORT_POINTS[name]
+    inputs = splash.make_inputs(params, rng)
+    splash.reset()
+    runnable = splash.kernel(variant, params, purpose)
+    assert runnable.execution["interpret"]
+    assert "Mosaic GPU interpret mode" in runnable.execution["mode"]
+    assert runnable.execution["race_detection"] == (purpose == "check")
+    out = run(runnable, inputs)
+    atol, rtol = TOL[params["dtype"]]
+    result = compare(out, splash.oracle(params, inputs), atol, rtol)
+    assert result["passed"], result
+    assert not splash.races_found()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("baseline", ["dense_masked", "xla_dot_product_attention"])
-@pytest.mark.parametrize("name", sorted(POINTS))
+@pytest.mark.parametrize("name", sorted({**POINTS, **PORT_POINTS}))
 def test_baselines_match_the_oracle(rng, name, baseline):
-    params = POINTS[name]
+    params = {**POINTS, **PORT_POINTS}[name]
     inputs = splash.make_inputs(params, rng)
     atol, rtol = TOL[params["dtype"]]
     assert compare(run(splash.baseline(baseline, params), inputs),

@@ -77,13 +77,14 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert "verified in interpret mode" in index.read_text()
     assert "not measured on GPU" in index.read_text()
     figures = figures_of(page)
-    assert len(figures) == 2  # correctness and timing
+    assert len(figures) == 3  # correctness, build (shared memory) and timing
     for figure in figures:
         assert figure["headings"] == list(conditions.HEADINGS.values())
         assert figure["items"] >= 6
         for src in figure["images"]:
             assert (page.parent / src).stat().st_size > 0
-    assert "CPU interpret-mode numbers" in page.read_text()
+    assert "CPU interpret-mode time, not GPU time" in page.read_text()
+    assert "lowered for cuda sm_90a" in index.read_text()
     assert "not GPU time" in (project / "results/figures/splash_attention/cpu/timing.svg"
                               ).read_text()
 
@@ -97,7 +98,7 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
                (project / "results/cpu/splash_attention").glob("*/*/*.json")
                if p.parent.parent.name in ("time", "baseline")]
     measured = [r["measurement"] for r in records if r["timed"]]
-    assert len(measured) == len(records) == 3  # the kernel and two baselines, one point
+    assert len(measured) == len(records) == 4  # two kernels and two baselines, one point
     floor_text = f"±{floor['noise_floor']:.1%}"
     assert floor_text in page
     for m in measured:
@@ -113,7 +114,7 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
     assert any(floor_text in line for line in sidecar["conditions"]["measurement"])
     assert any(floor_text in line for line in sidecar["conditions"]["baseline"])
     verdicts = [line for line in sidecar["conditions"]["baseline"] if " against " in line]
-    assert len(verdicts) == 2
+    assert len(verdicts) == 4  # each kernel against each baseline
     for line in verdicts:
         # A ratio is printed only with a verdict whose interval clears the floor.
         assert line.split(": ")[1].split(" ")[0].rstrip(":") in (
@@ -155,7 +156,7 @@ def test_a_sidecar_missing_a_condition_stops_the_page(project):
 
 
 def test_a_corrupt_record_stops_the_figures(project):
-    record = project / "results/cpu/splash_attention/time/upstream/mha_causal_f32.json"
+    record = project / "results/cpu/splash_attention/time/upstream/mha_causal_f16.json"
     with edited(record, record.read_text()[:100]):
         done = snakemake(project, "--forcerun", "figures", "splash_attention")
     assert done.returncode != 0
@@ -167,12 +168,12 @@ def test_a_failed_verification_is_shown_never_timed(tmp_path):
     done = snakemake(project)
     assert done.returncode == 0, done.stderr[-4000:]
     time_record = json.loads(
-        (project / "results/cpu/splash_attention/time/upstream/mha_causal_f32.json").read_text())
+        (project / "results/cpu/splash_attention/time/upstream/mha_causal_f16.json").read_text())
     assert time_record["timed"] is False
     assert time_record["not_timed_reason"].startswith("verification failed")
     manifest = json.loads(
         (project / "results/figures/splash_attention/cpu/figures.json").read_text())
-    assert manifest["figures"] == ["correctness"]
+    assert manifest["figures"] == ["correctness", "build"]
     assert manifest["withheld"][0]["figure"] == "timing"
     page = (project / "site/public/splash_attention.html").read_text()
     assert '<div class="failure" role="alert">' in page and "withheld" in page
@@ -208,7 +209,7 @@ def test_other_targets_are_rendered_beside_never_regenerated(project):
     page = (project / "site/public/splash_attention.html").read_text()
     assert 'id="target-cpu"' in page and 'id="target-h200"' in page
     assert "GPU: NVIDIA H200" in page
-    assert len(figures_of(project / "site/public/splash_attention.html")) == 4
+    assert len(figures_of(project / "site/public/splash_attention.html")) == 6
     assert len(list((project / "results/h200").rglob("*.json"))) == len(
         list((project / "results/cpu").rglob("*.json")))
 
@@ -220,3 +221,15 @@ def test_bad_config_on_the_command_line_names_the_key(project):
     done = snakemake(project, "--dry-run", "--config", "cases=[nosuch]")
     assert done.returncode != 0
     assert "nosuch.yaml: unknown case 'nosuch'" in done.stdout + done.stderr
+
+
+def test_an_over_budget_configuration_fails_the_build_naming_it(tmp_path):
+    case = tiny_case()
+    case["build_only_points"] = [{"name": "too_big", "params": {
+        "heads_q": 1, "heads_kv": 1, "seq_len": 4096, "head_dim": 256,
+        "mask": {"kind": "causal"}, "dtype": "bfloat16",
+        "tiles": {"block_q": 128, "block_kv": 256, "stages": 4}}}]
+    project = make_project(tmp_path, case)
+    done = snakemake(project)
+    assert done.returncode != 0
+    assert "too_big" in done.stderr and "232448-byte limit" in done.stderr

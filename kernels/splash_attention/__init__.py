@@ -1,7 +1,9 @@
 """Case 02, splash attention: the surface the pipeline calls (see casebook.cases).
 
-Until the Mosaic GPU port lands, the only variant is ``upstream``: JAX's TPU kernel,
-lowered for TPU (on any host) and run by Pallas's interpreter on the host.
+Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run by
+Pallas's interpreter on the host (the reference); ``mgpu`` and ``mgpu_mask_tiles``, the
+Pallas Mosaic GPU port (see ``mgpu``), lowered for CUDA sm_90a and run by the Mosaic GPU
+interpreter on a CPU host.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ from typing import Any
 import numpy as np
 
 from kernels.runnable import Runnable, from_jax
-from kernels.splash_attention import baselines, masks, oracle_f64, upstream
+from kernels.splash_attention import baselines, masks, mgpu, oracle_f64, upstream
 
 INPUTS = ("q", "k", "v")
-VARIANTS = ("upstream",)
+VARIANTS = ("upstream", *mgpu.VARIANTS)
+DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
 def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Fresh q, k, v; q carries the 1/sqrt(D) scale (splash applies none inside)."""
     import ml_dtypes
 
-    dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[params["dtype"]]
+    dtype = {**DTYPES, "bfloat16": ml_dtypes.bfloat16}[params["dtype"]]
     s, d = params["seq_len"], params["head_dim"]
     q = rng.standard_normal((params["heads_q"], s, d)) / np.sqrt(d)
     k = rng.standard_normal((params["heads_kv"], s, d))
@@ -56,10 +59,13 @@ def _shapes(params: dict[str, Any]):
 
 
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Lower the kernel for TPU (Mosaic) and compile its interpreted form for the host."""
+    """Lower the kernel: the port for CUDA sm_90a; upstream for TPU (Mosaic) and, in
+    its interpreted form, for the host."""
     import jax
 
     _check_variant(variant)
+    if variant in mgpu.VARIANTS:
+        return mgpu.build(variant, params)
     shapes = _shapes(params)
     start = time.perf_counter()
     tpu = jax.jit(upstream.make(params, interpret=False)).trace(*shapes).lower(
@@ -86,6 +92,14 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
 def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     """The kernel to ``check`` (faithful interpreter, NaN memory, races) or to ``time``."""
     _check_variant(variant)
+    if variant in mgpu.VARIANTS:
+        fn = mgpu.make(variant, params, interpret=mgpu.interpret_params(
+            race_detection=purpose == "check"))
+        return from_jax(fn, INPUTS, {
+            "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
+                    "shared memory = NaN" + (", race detection on)" if purpose == "check"
+                                             else ")"),
+            "interpret": True, "poisoned": True, "race_detection": purpose == "check"})
     if purpose == "check":
         fn = upstream.make(params, interpret=upstream.checking_mode())
         execution = {"mode": "Pallas TPU interpret mode (uninitialised memory = NaN)",
@@ -98,11 +112,12 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
 
 
 def races_found() -> bool:
-    return upstream.races_found()
+    return upstream.races_found() or mgpu.races_found()
 
 
 def reset() -> None:
     upstream.reset_interpreter()
+    mgpu.reset_interpreter()
 
 
 def baseline(name: str, params: dict[str, Any]) -> Runnable:

@@ -31,13 +31,21 @@ def xla_dot_product_attention(params: dict[str, Any]) -> Callable:
     spec = params["mask"]
     window = None if spec["kind"] == "causal" else tuple(spec["window"])
 
+    # XLA's CPU dot has no f16 x f16 -> f32 form ("precision F16_F16_F32 is not
+    # supported"): on a CPU host, f16 attention is what a JAX user gets by computing in
+    # f32 and rounding back. Other dtypes and GPU hosts run as given.
+    upcast = params["dtype"] == "float16" and jax.default_backend() == "cpu"
+
     def attend(q, k, v):
+        dtype = q.dtype
+        if upcast:
+            q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
         # [H, S, D] -> [B=1, S, H, D], the layout jax.nn expects; scale 1: q is pre-scaled.
         q4, k4, v4 = (x.transpose(1, 0, 2)[None] for x in (q, k, v))
         out = jax.nn.dot_product_attention(
             q4, k4, v4, scale=1.0, is_causal=spec["kind"] == "causal",
             local_window_size=window)
-        return out[0].transpose(1, 0, 2)
+        return out[0].transpose(1, 0, 2).astype(dtype)
 
     return attend
 

@@ -1,10 +1,16 @@
-"""Stage 3, build: lower/compile every point of a variant and record what was built."""
+"""Stage 3, build: lower/compile every point of a variant and record what was built.
+
+Build-only points (the sizes a user would publish) are lowered too. The record is always
+written; then a failed point fails the stage with a message naming it (e.g. a
+configuration over the shared-memory budget).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from casebook import cases, config, provenance, records
+from casebook.errors import CasebookError
 
 
 def run(case_dir: str, case: str, variant: str, target: str, out: str) -> dict[str, Any]:
@@ -14,18 +20,20 @@ def run(case_dir: str, case: str, variant: str, target: str, out: str) -> dict[s
     plugin = cases.load(case)
     reference = plugin.reference_file()
     points = []
-    for point in spec["points"]:
+    grid = [(p, False) for p in spec["points"]] + [(p, True) for p in spec["build_only_points"]]
+    for point, build_only in grid:
         why_not = plugin.check_params(point["params"])
-        entry: dict[str, Any] = {"point": point["name"], "params": point["params"]}
+        entry: dict[str, Any] = {"point": point["name"], "params": point["params"],
+                                 "build_only": build_only}
         if why_not:
             entry.update(ok=False, error=why_not)
         else:
             try:
                 entry.update(ok=True, **plugin.build(variant, point["params"]))
-            except Exception as error:  # a build failure is a result, shown on the page
+            except Exception as error:  # recorded, then the stage fails naming the point
                 entry.update(ok=False, error=f"{type(error).__name__}: {error}")
         points.append(entry)
-    return records.write(out, "build", {
+    record = records.write(out, "build", {
         "target": target, "case": case, "variant": variant,
         "sources_sha256": provenance.files_sha256(
             [*provenance.kernel_sources(case), path]),
@@ -33,3 +41,8 @@ def run(case_dir: str, case: str, variant: str, target: str, out: str) -> dict[s
         "points": points,
         "ok": all(p["ok"] for p in points),
     })
+    failed = [f"{p['point']}: {p['error']}" for p in points if not p["ok"]]
+    if failed:
+        raise CasebookError(out, "points", f"{variant} failed to build at {len(failed)} "
+                            f"point(s): " + "; ".join(failed))
+    return record

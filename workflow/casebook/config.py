@@ -88,7 +88,8 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
         raise CasebookError(path, "name", f"is {case['name']!r} but the file is {name}.yaml")
     if not (paths.kernel_dir(name) / "__init__.py").exists():
         raise CasebookError(path, "name", f"no kernel package {paths.kernel_dir(name)}/")
-    for group in ("variants", "points", "baselines"):
+    case.setdefault("build_only_points", [])
+    for group in ("variants", "points", "baselines", "build_only_points"):
         repeated = [n for n, c in Counter(i["name"] for i in case[group]).items() if c > 1]
         if repeated:
             raise CasebookError(path, group, f"name {repeated[0]!r} appears twice")
@@ -98,6 +99,8 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
         dtype = point["params"].get("dtype")
         if dtype is not None and dtype not in case["tolerances"]:
             raise CasebookError(path, f"points.{i}.params.dtype", f"no tolerance for {dtype!r}")
+    for i, point in enumerate(case["build_only_points"]):
+        validate(path, point["params"], point_schema, prefix=f"build_only_points.{i}.params")
     return case
 
 

@@ -59,6 +59,43 @@ def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
                        "stated tolerance (below 1 passes); red bars failed."}
 
 
+def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
+    """Every lowered kernel launch in the build records that states its shared memory."""
+    rows = []
+    for variant, build in ev.builds.items():
+        for point in build["points"]:
+            for artifact in point.get("artifacts", []):
+                facts = artifact["facts"]
+                if "dynamic_smem_bytes" in facts:
+                    rows.append({"variant": variant, "point": point["point"],
+                                 "build_only": point.get("build_only", False),
+                                 "target": artifact["target"], **facts})
+    return rows
+
+
+def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
+    rows = lowered_launches(ev)
+    fig, ax = plt.subplots(figsize=(7.2, 0.28 * len(rows) + 1.4))
+    labels = [f"{r['variant']} @ {r['point']}" for r in rows]
+    values = [r["dynamic_smem_bytes"] / 1024 for r in rows]
+    limit = rows[0]["smem_limit_bytes"] / 1024
+    ax.barh(labels, values, color=["#2a7f62" if v <= limit else "#c0392b" for v in values])
+    ax.axvline(limit, color="black", linestyle="--", linewidth=1,
+               label=f"limit {limit:.0f} KiB per block")
+    ax.invert_yaxis()
+    ax.set_xlabel("dynamic shared memory per CTA (KiB), from the lowered module")
+    ax.legend(loc="lower right", fontsize=7)
+    targets = ", ".join(sorted({r["target"] for r in rows}))
+    ax.set_title(f"Shared memory per configuration\nlowered for {targets} on "
+                 f"{ev.target.upper()} · compiled, not run")
+    _save(fig, path)
+    return {"title": "Shared memory per configuration",
+            "caption": "Dynamic shared memory of every lowered configuration (the "
+                       "gpu.launch operand of the Mosaic GPU module) against the per-block "
+                       "limit; configurations marked build-only are lowered here and run "
+                       "only on a GPU host."}
+
+
 def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     series: dict[str, dict[str, dict[str, Any]]] = {}
@@ -103,6 +140,8 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
     verified_points = [p for p in ev.points
                        if any(ev.verify.get((v, p), {}).get("passed") for v in ev.variants)]
     plans = [("correctness", lambda path: correctness_figure(ev, path))]
+    if lowered_launches(ev):
+        plans.append(("build", lambda path: build_figure(ev, path)))
     if verified_points:
         plans.append(("timing", lambda path: timing_figure(ev, path, verified_points)))
     else:

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from casebook import conditions, fmt, paths
+from casebook import conditions, figures, fmt, paths
 from casebook.evidence import Evidence
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
@@ -95,6 +95,19 @@ def comparisons(ev: Evidence) -> str:
              "baseline / kernel": conditions.comparison_text(c)}
             for (variant, name, point), c in conditions.comparisons(ev).items()]
     return _html(rows, [False] * len(rows), f"compare-{ev.target}")
+
+
+def lowering(ev: Evidence) -> str:
+    """What each variant was lowered to at each point: launch shape and shared memory."""
+    rows = [{"variant": r["variant"], "point": r["point"],
+             "run here": "no (build only)" if r["build_only"] else "yes (interpreter)",
+             "target": r["target"], "grid": " × ".join(map(str, r["grid"])),
+             "block": " × ".join(map(str, r["block"])),
+             "shared memory": f"{r['dynamic_smem_bytes']:,} B of {r['smem_limit_bytes']:,}",
+             "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()),
+             "partial blocks from": r.get("mask_source")}
+            for r in figures.lowered_launches(ev)]
+    return _html(rows, [False] * len(rows), f"lowering-{ev.target}")
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,69 @@
+"""Lower a Pallas Mosaic GPU kernel for CUDA on any host and read its launch facts.
+
+``jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`` runs the whole Mosaic GPU
+compiler front end (layout inference, TMA descriptors, wgmma, shared-memory allocation,
+the 227 KiB budget check) without a GPU; sm_90a is assumed, as no device is there to
+ask. The kernel's module travels serialised inside the ``mosaic_gpu_v2`` custom call;
+it is deserialised here and the ``gpu.launch`` operands give grid, block and dynamic
+shared memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax._src.interpreters import mlir as jax_mlir
+from jax._src.lib import mosaic_gpu_dialect
+from jax._src.lib.mlir import ir
+from jax.experimental.mosaic.gpu import core as mosaic_core
+
+CUSTOM_CALL = "mosaic_gpu_v2"
+
+
+def _ops(op: ir.Operation, name: str):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                if inner.operation.name == name:
+                    yield inner.operation
+                yield from _ops(inner.operation, name)
+
+
+def _constant(value: ir.Value) -> int:
+    return ir.IntegerAttr(value.owner.attributes["value"]).value
+
+
+def launches(stablehlo: ir.Module) -> list[dict[str, Any]]:
+    """grid, block and dynamic shared memory of every Mosaic GPU kernel in a module."""
+    facts = []
+    for call in _ops(stablehlo.operation, "stablehlo.custom_call"):
+        if ir.StringAttr(call.attributes["call_target_name"]).value != CUSTOM_CALL:
+            continue
+        config = ir.DictAttr(call.attributes["mhlo.backend_config"])
+        payload = ir.StringAttr(config["module"]).value_bytes
+        context = jax_mlir.make_ir_context()
+        mosaic_gpu_dialect.register_dialect(context)
+        with context:
+            context.allow_unregistered_dialects = True
+            kernel = mosaic_core._run_serde_pass(ir.Module.parse(payload), serialize=False)
+            for launch in _ops(kernel.operation, "gpu.launch"):
+                # Operands: async token, grid x/y/z, block x/y/z, dynamic smem bytes.
+                values = [_constant(v) for v in list(launch.operands)[1:8]]
+                facts.append({"grid": values[0:3], "block": values[3:6],
+                              "dynamic_smem_bytes": values[6]})
+    return facts
+
+
+def lower_for_cuda(fn: Callable, args: Sequence[jax.ShapeDtypeStruct]) -> dict[str, Any]:
+    """Lower ``fn`` for CUDA; its kernel launches, the seconds it took, module size."""
+    start = time.perf_counter()
+    lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+    seconds = time.perf_counter() - start
+    module = lowered.compiler_ir("stablehlo")
+    found = launches(module)
+    if not found:
+        raise ValueError("the lowered module holds no Mosaic GPU kernel launch")
+    return {"seconds": seconds, "launches": found}

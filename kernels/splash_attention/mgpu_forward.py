@@ -1,0 +1,344 @@
+"""Splash attention forward for NVIDIA Hopper in Pallas Mosaic GPU (``plgpu.kernel``).
+
+One CTA per (query head, q-block), one warpgroup. For its row of upstream MaskInfo's
+block table (compacted by ``block_plan``) it walks only the non-empty kv blocks:
+
+1. TMA-copies the Q tile once, then K^T / V tiles (and, for a partial block, its mask
+   tile) into a ring of ``stages`` SMEM slots, ``stages - 1`` blocks ahead;
+2. S = Q·K^T with wgmma (both operands in SMEM: K is stored pre-transposed, [D, S], in
+   global memory, so no transpose is needed anywhere), optional soft cap
+   ``cap·tanh(S/cap)``, then the mask of a partial block (from iota for causal/local
+   masks, else from the MaskInfo tile) and the segment ids;
+3. online softmax in base 2 on the f32 accumulator, P written to SMEM, O += P·V with
+   wgmma, O and the row statistics carried in registers;
+4. O / l (0 for a row that sees no key) and optionally logsumexp, stored through SMEM.
+
+Segment ids reach the accumulator's layout through broadcast int32 tiles read from
+SMEM: q ids as [Sq, 32] (a row max gives the per-row vector), kv ids as [block_q, Skv]
+(read as a [block_q, block_kv] tile per step). This costs block_q x Skv x 4 bytes of
+global memory and block_q x block_kv x 4 bytes of SMEM per stage; a register-level
+broadcast would avoid it but needs ``plgpu.load`` with a layout, which the 0.10.2
+interpreter cannot run.
+
+Constraints: f16/bf16; Dqk, Dv multiples of 64 up to 256; sequence lengths multiples
+of the block sizes; no 1/sqrt(D) scaling inside (as upstream). What is verified is
+what is lowered: ``make`` builds the same kernel with ``interpret=`` the Mosaic GPU
+interpreter's params or ``None`` for the real lowering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from kernels.splash_attention import interpret_support
+from kernels.splash_attention.block_plan import PARTIAL, BlockPlan
+
+LOG2E = math.log2(math.e)
+# A finite floor for the running max (base-2 units): a row whose visible keys have not
+# appeared yet keeps m = floor and p = exp2(-inf - floor) = 0, so no NaN from
+# (-inf) - (-inf) arises. Upstream's mask value (DEFAULT_MASK_VALUE) is the same number.
+M_FLOOR = -0.7 * float(np.finfo(np.float32).max)
+SMEM_LIMIT_BYTES = 232_448  # Hopper's opt-in dynamic shared memory per block (227 KiB)
+DTYPES = ("float16", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningConfig:
+    """Tile choice: rows of Q per CTA, kv columns per step, depth of the TMA ring."""
+
+    block_q: int = 64
+    block_kv: int = 64
+    stages: int = 2
+
+    def __post_init__(self):
+        if self.block_q not in (64, 128):
+            raise ValueError(f"{self.block_q=} must be 64 or 128 (one warpgroup's rows)")
+        if self.block_kv % 64 or not 64 <= self.block_kv <= 256:
+            raise ValueError(f"{self.block_kv=} must be a multiple of 64 in [64, 256]")
+        if not 1 <= self.stages <= 4:
+            raise ValueError(f"{self.stages=} must be in [1, 4]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """The static facts of one call: shapes, dtype and options."""
+
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_kv: int
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str
+    soft_cap: float | None = None
+    segment_ids: bool = False
+    return_lse: bool = False
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{self.dtype=} must be one of {DTYPES}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"{self.heads_q=} must be a multiple of {self.heads_kv=}")
+        for name in ("head_dim_qk", "head_dim_v"):
+            d = getattr(self, name)
+            if d % 64 or not 64 <= d <= 256:
+                raise ValueError(f"{name}={d} must be a multiple of 64 in [64, 256]")
+        if self.soft_cap is not None and not self.soft_cap > 0:
+            raise ValueError(f"{self.soft_cap=} must be positive")
+
+
+def _tiled(shape, dtype):
+    """SMEM tile in the layout TMA writes and wgmma reads (128-byte swizzle)."""
+    swizzle = 128
+    elems = swizzle // jnp.dtype(dtype).itemsize
+    return plgpu.SMEM(shape, dtype, transforms=(plgpu.TilingTransform((8, elems)),
+                                                plgpu.SwizzleTransform(swizzle)))
+
+
+def scratch_types(problem: Problem, config: TuningConfig, has_tiles: bool) -> dict:
+    """The kernel's shared memory by name (also what the budget counts)."""
+    bq, bkv, st, dt = config.block_q, config.block_kv, config.stages, jnp.dtype(problem.dtype)
+    smem = {
+        "q_smem": _tiled((bq, problem.head_dim_qk), dt),
+        "k_smem": _tiled((st, problem.head_dim_qk, bkv), dt),  # K^T ring
+        "v_smem": _tiled((st, bkv, problem.head_dim_v), dt),
+        "p_smem": _tiled((bq, bkv), dt),
+        "q_barrier": plgpu.Barrier(num_arrivals=2 if problem.segment_ids else 1),
+        "kv_barriers": plgpu.Barrier(num_arrivals=3 if problem.segment_ids else 2,
+                                     num_barriers=st),
+    }
+    if problem.head_dim_v != problem.head_dim_qk:  # else O is staged in Q's buffer
+        smem["o_smem"] = _tiled((bq, problem.head_dim_v), dt)
+    if has_tiles:
+        smem["tile_smem"] = _tiled((st, bq, bkv), dt)  # partial-mask tiles, 0/1
+        smem["tile_barriers"] = plgpu.Barrier(num_arrivals=1, num_barriers=st)
+    if problem.segment_ids:
+        smem["q_seg_smem"] = _tiled((bq, 32), jnp.int32)
+        smem["kv_seg_smem"] = _tiled((st, bq, bkv), jnp.int32)
+    if problem.return_lse:
+        smem["lse_smem"] = plgpu.SMEM((bq,), jnp.float32)
+    return smem
+
+
+def smem_bytes(problem: Problem, config: TuningConfig, has_tiles: bool) -> int:
+    """Shared memory of the buffers, from their shapes (barriers: 8 bytes each)."""
+    total = 0
+    for item in scratch_types(problem, config, has_tiles).values():
+        if isinstance(item, plgpu.Barrier):
+            total += 8 * math.prod(item.num_barriers)
+        else:
+            total += math.prod(item.shape) * jnp.dtype(item.dtype).itemsize
+    return total
+
+
+def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
+         interpret: Any = None):
+    """The forward kernel: ``f(q, k_t, v[, q_seg, kv_seg]) -> out[, lse]``.
+
+    Partial blocks use ``block_plan.mask_function`` on iota when it has one, else
+    MaskInfo's partial tiles. ``interpret``: ``InterpretGPUParams`` to run in the Mosaic
+    GPU interpreter, ``None`` for the real kernel.
+    """
+    bq, bkv, stages = config.block_q, config.block_kv, config.stages
+    if problem.seq_q % bq or problem.seq_kv % bkv:
+        raise ValueError(f"sequence lengths ({problem.seq_q}, {problem.seq_kv}) must be "
+                         f"multiples of ({bq=}, {bkv=})")
+    q_blocks = problem.seq_q // bq
+    if block_plan.count.shape[1] != q_blocks:
+        raise ValueError(f"block plan has {block_plan.count.shape[1]} q-blocks, want {q_blocks}")
+    dtype = jnp.dtype(problem.dtype)
+    group = problem.heads_q // problem.heads_kv
+    per_head_plan = block_plan.mask_heads > 1
+    mask_function = block_plan.mask_function
+    if interpret is not None:
+        interpret_support.enable_layout_cast_on_host()
+    has_tiles = mask_function is None
+
+    def body(q_ref, kt_ref, v_ref, kv_block_ref, kind_ref, mask_block_ref, count_ref,
+             tiles_ref, *refs, q_smem, k_smem, v_smem, p_smem, q_barrier,
+             kv_barriers, o_smem=None, tile_smem=None, tile_barriers=None, q_seg_smem=None,
+             kv_seg_smem=None, lse_smem=None):
+        if problem.segment_ids:
+            q_seg_ref, kv_seg_ref, *refs = refs
+        out_ref, *refs = refs
+        if problem.return_lse:
+            (lse_ref,) = refs
+
+        head = lax.axis_index("heads")
+        q_block = lax.axis_index("q_blocks")
+        kv_head = head // group
+        plan_head = head if per_head_plan else 0
+        q_start = q_block * bq
+        count = count_ref[plan_head, q_block]
+
+        plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(q_start, bq)], q_smem, q_barrier)
+        if problem.segment_ids:
+            plgpu.copy_gmem_to_smem(q_seg_ref.at[pl.ds(q_start, bq)], q_seg_smem, q_barrier)
+
+        def issue(t, slot):
+            kv_start = kv_block_ref[plan_head, q_block, t] * bkv
+            barrier = kv_barriers.at[slot]
+            plgpu.copy_gmem_to_smem(kt_ref.at[kv_head, :, pl.ds(kv_start, bkv)],
+                                    k_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(v_ref.at[kv_head, pl.ds(kv_start, bkv)],
+                                    v_smem.at[slot], barrier)
+            if problem.segment_ids:
+                plgpu.copy_gmem_to_smem(kv_seg_ref.at[:, pl.ds(kv_start, bkv)],
+                                        kv_seg_smem.at[slot], barrier)
+            if has_tiles:
+                @pl.when(kind_ref[plan_head, q_block, t] == PARTIAL)
+                def _():
+                    plgpu.copy_gmem_to_smem(
+                        tiles_ref.at[mask_block_ref[plan_head, q_block, t]],
+                        tile_smem.at[slot], tile_barriers.at[slot])
+
+        for t in range(stages):
+            pl.when(t < count)(functools.partial(issue, t, t))
+        plgpu.barrier_wait(q_barrier)
+
+        q_segments = None
+        if problem.segment_ids:
+            # Row max of a [bq, 32] broadcast tile: the q ids in the accumulator's row layout.
+            q_segments = q_seg_smem[...].max(axis=1)
+
+        # Zeros in the accumulator's layouts: a fresh accumulator is zero-initialised.
+        zero_o = pl.run_scoped(lambda acc: acc[...],
+                               plgpu.ACC((bq, problem.head_dim_v), jnp.float32))
+        zero_row = pl.run_scoped(lambda acc: acc[...],
+                                 plgpu.ACC((bq, bkv), jnp.float32)).max(axis=1)
+
+        def step(t, carry):
+            o, row_max, row_sum = carry
+            slot = lax.rem(t, stages)
+            kind = kind_ref[plan_head, q_block, t]
+            kv_start = kv_block_ref[plan_head, q_block, t] * bkv
+            plgpu.barrier_wait(kv_barriers.at[slot])
+
+            def qk(acc):
+                plgpu.wgmma(acc, q_smem, k_smem.at[slot])
+                return acc[...]
+
+            s = pl.run_scoped(qk, plgpu.ACC((bq, bkv), jnp.float32))
+            if problem.soft_cap is not None:
+                s = problem.soft_cap * jnp.tanh(s / problem.soft_cap)
+
+            def masked(s):
+                if has_tiles:
+                    plgpu.barrier_wait(tile_barriers.at[slot])
+                    visible = tile_smem.at[slot][...] > 0.5
+                else:
+                    rows = plgpu.broadcasted_iota(jnp.int32, (bq, bkv), 0,
+                                                  layout=plgpu.Layout.WGMMA) + q_start
+                    cols = plgpu.broadcasted_iota(jnp.int32, (bq, bkv), 1,
+                                                  layout=plgpu.Layout.WGMMA) + kv_start
+                    visible = mask_function(rows, cols)
+                return jnp.where(visible, s, -jnp.inf)
+
+            s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+            if problem.segment_ids:
+                same = (lax.broadcast_in_dim(q_segments, (bq, bkv), [0])
+                        == kv_seg_smem.at[slot][...])
+                s = jnp.where(same, s, -jnp.inf)
+
+            row_max_new = jnp.maximum(row_max, s.max(axis=1) * LOG2E)
+            alpha = jnp.exp2(row_max - row_max_new)
+            p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(row_max_new, s.shape, [0]))
+            row_sum = row_sum * alpha + p.sum(axis=1)
+            p_smem[...] = p.astype(dtype)
+            plgpu.commit_smem()
+
+            def pv(acc):
+                plgpu.wgmma(acc, p_smem, v_smem.at[slot])
+                return acc[...]
+
+            o_step = pl.run_scoped(pv, plgpu.ACC((bq, problem.head_dim_v), jnp.float32))
+            o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + o_step
+            # Both wgmmas of this slot have completed (their results were read): refill it.
+            pl.when(t + stages < count)(lambda: issue(t + stages, slot))
+            return o, row_max_new, row_sum
+
+        o, row_max, row_sum = lax.fori_loop(0, count, step,
+                                            (zero_o, zero_row + M_FLOOR, zero_row))
+        seen = row_sum > 0
+        # The last wgmma reading Q has completed (its result was read): Q's buffer is free.
+        o_smem = q_smem if o_smem is None else o_smem
+        safe_sum = jnp.where(seen, row_sum, 1.0)
+        inv_sum = jnp.where(seen, 1.0 / safe_sum, 0.0)  # a row that sees no key: 0
+        o_smem[...] = (o * lax.broadcast_in_dim(inv_sum, o.shape, [0])).astype(dtype)
+        if problem.return_lse:
+            lse = (row_max + jnp.log2(safe_sum)) / LOG2E
+            lse_smem[...] = jnp.where(seen, lse, -jnp.inf)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(o_smem, out_ref.at[head, pl.ds(q_start, bq)])
+        if problem.return_lse:
+            plgpu.copy_smem_to_gmem(lse_smem, lse_ref.at[head, pl.ds(q_start, bq)])
+        plgpu.wait_smem_to_gmem(0)
+
+    out_type = [jax.ShapeDtypeStruct((problem.heads_q, problem.seq_q, problem.head_dim_v),
+                                     dtype)]
+    if problem.return_lse:
+        out_type.append(jax.ShapeDtypeStruct((problem.heads_q, problem.seq_q), jnp.float32))
+    call = plgpu.kernel(
+        body, out_type=tuple(out_type), grid=(problem.heads_q, q_blocks),
+        grid_names=("heads", "q_blocks"),
+        scratch_types=scratch_types(problem, config, has_tiles), interpret=interpret)
+    tables = tuple(jnp.asarray(a) for a in (block_plan.kv_block, block_plan.kind,
+                                            block_plan.mask_block, block_plan.count))
+    tiles = jnp.asarray(block_plan.partial_blocks if has_tiles
+                        else np.zeros((1, bq, bkv), bool), dtype)
+
+    def forward(q, k_t, v, q_seg=None, kv_seg=None):
+        extra = ()
+        if problem.segment_ids:
+            # Broadcast to tiles the accumulator layout can be read from (see module doc).
+            extra = (jnp.broadcast_to(q_seg[:, None], (problem.seq_q, 32)).astype(jnp.int32),
+                     jnp.broadcast_to(kv_seg[None, :], (bq, problem.seq_kv)).astype(jnp.int32))
+        outs = call(q, k_t, v, *tables, tiles, *extra)
+        return outs if problem.return_lse else outs[0]
+
+    return forward
+
+
+def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None = None,
+                     return_lse: bool = False, config: TuningConfig = TuningConfig(),
+                     interpret: Any = None):
+    """Block-sparse attention: ``softmax(mask(cap(q kᵀ)))·v`` per head, no 1/sqrt(D).
+
+    ``mask``: an upstream ``MultiHeadMask`` (one mask per query head); q [Hq, Sq, Dqk];
+    k [Hkv, Skv, Dqk] and v [Hkv, Skv, Dv] (MHA/GQA), or k [Skv, Dqk] and v [Skv, Dv]
+    (MQA); ``segment_ids``: upstream ``SegmentIds(q=[Sq], kv=[Skv])`` or None.
+    Returns out [Hq, Sq, Dv] (and logsumexp [Hq, Sq] when ``return_lse``).
+    """
+    if k.ndim == 2 and v.ndim == 2:  # MQA: one K/V shared by every query head
+        k, v = k[None], v[None]
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ValueError(f"want q [H,S,D] and k, v [H,S,D] or [S,D]; got {q.shape=}, "
+                         f"{k.shape=}, {v.shape=}")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"k {k.shape} and v {v.shape} must agree on heads and length")
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"q {q.shape} and k {k.shape} must share the head dimension")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    if mask.shape != (q.shape[0], q.shape[1], k.shape[1]):
+        raise ValueError(f"mask shape {mask.shape} != (Hq, Sq, Skv) = "
+                         f"{(q.shape[0], q.shape[1], k.shape[1])}")
+    from kernels.splash_attention import block_plan
+
+    problem = Problem(q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2],
+                      v.shape[2], jnp.dtype(q.dtype).name, soft_cap=soft_cap,
+                      segment_ids=segment_ids is not None, return_lse=return_lse)
+    forward = make(problem, config, block_plan.plan(mask, config.block_q, config.block_kv),
+                   interpret=interpret)
+    segments = () if segment_ids is None else (segment_ids.q, segment_ids.kv)
+    return forward(q, jnp.swapaxes(k, 1, 2), v, *segments)

@@ -1,0 +1,226 @@
+"""The Mosaic GPU port, forward: interpreted on the CPU (race detection on) against the
+float64 oracle and upstream TPU splash attention, and lowered for sm_90a.
+
+Every interpret test has a timeout: a barrier bug makes the interpreter hang.
+Tolerances (against the float64 oracle, inputs already rounded): f16 3e-3, upstream's
+forward tolerance; bf16 2e-2 — P and the output are rounded to bf16 (relative step
+2^-8 = 3.9e-3) and |out| reaches ~3, so a few bf16 steps, as upstream allows its bf16
+backward (atol 2e-2). logsumexp is computed in f32 from f32 logits: 1e-3 as upstream.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+from casebook.verify import compare
+from kernels.splash_attention import block_plan, lowering, mgpu, mgpu_forward, oracle_f64
+from kernels.splash_attention.problems import MASK_KINDS, S, dense, inputs, mask_of, segments
+
+TOL = {"float16": 3e-3, "bfloat16": 2e-2}
+LSE_TOL = 1e-3
+
+
+@pytest.fixture
+def interpreter():
+    """The Mosaic GPU interpreter with race detection, reset after any failure."""
+    mgpu.reset_interpreter()
+    yield mgpu.interpret_params(race_detection=True)
+    mgpu.reset_interpreter()
+
+
+def run_and_check(interp, mask, q, k, v, *, seg=None, cap=None, lse=False, config=None):
+    config = config or mgpu_forward.TuningConfig(64, 64, 2)
+    got = mgpu_forward.splash_attention(
+        mask, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), segment_ids=seg, soft_cap=cap,
+        return_lse=lse, config=config, interpret=interp)
+    got = jax.block_until_ready(got)
+    assert not mgpu.races_found(), "the interpreter's race detector reported a race"
+    k3, v3 = (k[None], v[None]) if k.ndim == 2 else (k, v)
+    want = oracle_f64.attention(q, k3, v3, dense(mask), soft_cap=cap, return_lse=lse,
+                                segment_ids=None if seg is None else (seg.q, seg.kv))
+    out, want_out = (got[0], want[0]) if lse else (got, want)
+    tol = TOL[q.dtype.name]
+    result = compare(np.asarray(out, np.float64), want_out, tol, tol)
+    assert result["passed"], result
+    if lse:
+        got_lse = np.asarray(got[1], np.float64)
+        empty = np.isneginf(want[1])  # rows that see no key: logsumexp -inf
+        np.testing.assert_array_equal(np.isneginf(got_lse), empty)
+        lse_result = compare(got_lse[~empty], want[1][~empty], LSE_TOL, LSE_TOL)
+        assert lse_result["passed"], lse_result
+    return result
+
+
+CASES = [  # (mask, hq, hkv, dqk, dv, dtype)
+    ("causal", 2, 2, 64, 64, "float16"),
+    ("causal_offset", 2, 1, 64, 64, "bfloat16"),
+    ("local", 4, 2, 64, 64, "bfloat16"),
+    ("chunked", 2, 2, 64, 128, "float16"),
+    ("full", 1, 1, 128, 64, "bfloat16"),
+    ("numpy", 2, 2, 64, 64, "float16"),
+    ("combined", 2, 1, 64, 64, "bfloat16"),
+    ("per_head", 4, 2, 64, 64, "float16"),
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("kind", "hq", "hkv", "dqk", "dv", "dtype"), CASES,
+                         ids=[f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}x{c[4]}-{c[5]}" for c in CASES])
+def test_forward_matches_the_oracle(rng, interpreter, kind, hq, hkv, dqk, dv, dtype):
+    mask = mask_of(kind, hq, rng)
+    q, k, v = inputs(rng, hq, hkv, dqk, dv, dtype)
+    run_and_check(interpreter, mask, q, k, v)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", ["causal", "numpy"])
+def test_segment_ids_soft_cap_and_logsumexp(rng, interpreter, kind):
+    mask = mask_of(kind, 2, rng)
+    q, k, v = inputs(rng, 2, 2, 64, 64, "float16")
+    q = q * 8  # logits large enough for the soft cap to bite
+    run_and_check(interpreter, mask, q, k, v, seg=segments(rng), cap=2.5, lse=True)
+
+
+@pytest.mark.timeout(240)
+def test_mqa_with_dims_up_to_256_and_a_deeper_ring(rng, interpreter):
+    mask = mask_of("causal", 2, rng)
+    q, k, v = inputs(rng, 2, 1, 256, 256, "bfloat16")
+    run_and_check(interpreter, mask, q, k[0], v[0],
+                  config=mgpu_forward.TuningConfig(block_q=64, block_kv=64, stages=3))
+
+
+@pytest.mark.timeout(240)
+def test_a_row_that_sees_no_key_gives_zero(rng, interpreter):
+    dense_mask = np.tril(np.ones((S, S), bool))
+    dense_mask[70] = False  # q row 70 attends to nothing
+    mask = splash.MultiHeadMask([splash.NumpyMask(dense_mask)])
+    q, k, v = inputs(rng, 1, 1, 64, 64, "float16")
+    run_and_check(interpreter, mask, q, k, v, lse=True)
+
+
+@pytest.mark.timeout(300)
+def test_matches_upstream_tpu_splash_in_interpret_mode(rng, interpreter):
+    """Same inputs through both kernels: upstream's own answer, not only the oracle's."""
+    mask = mask_of("combined", 2, rng)
+    q, k, v = inputs(rng, 2, 2, 64, 64, "bfloat16")
+    seg = segments(rng)
+    theirs = splash.make_splash_mha_single_device(
+        mask, block_sizes=splash.BlockSizes(block_q=128, block_kv=128, block_kv_compute=128),
+        attn_logits_soft_cap=3.0, interpret=True)(q, k, v, segment_ids=seg)
+    ours = mgpu_forward.splash_attention(
+        mask, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), segment_ids=seg, soft_cap=3.0,
+        config=mgpu_forward.TuningConfig(64, 64, 2), interpret=interpreter)
+    assert not mgpu.races_found()
+    tol = 2 * TOL["bfloat16"]  # both round P and the output to bf16, independently
+    result = compare(np.asarray(ours, np.float64), np.asarray(theirs, np.float64), tol, tol)
+    assert result["passed"], result
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=4, deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kind=st.sampled_from(MASK_KINDS),
+       layout=st.sampled_from([(2, 2), (2, 1), (4, 2)]),
+       dims=st.sampled_from([(64, 64), (128, 64), (64, 128)]),
+       dtype=st.sampled_from(["float16", "bfloat16"]),
+       cap=st.sampled_from([None, 4.0]), with_segments=st.booleans(), lse=st.booleans(),
+       block_kv=st.sampled_from([64, 128]), seed=st.integers(0, 2**32 - 1))
+def test_fuzz_forward(interpreter, kind, layout, dims, dtype, cap, with_segments, lse,
+                      block_kv, seed):
+    """A bounded randomized sweep (4 examples per CI run, fresh each run)."""
+    rng = np.random.default_rng(seed)
+    mask = mask_of(kind, layout[0], rng)
+    q, k, v = inputs(rng, *layout, *dims, dtype)
+    seg = segments(rng) if with_segments else None
+    run_and_check(interpreter, mask, q, k, v, seg=seg, cap=cap, lse=lse,
+                  config=mgpu_forward.TuningConfig(64, block_kv, 2))
+
+
+def test_the_block_plan_rebuilds_every_mask_and_skips_empty_blocks(rng):
+    for kind in ("causal", "local", "chunked", "numpy", "combined", "per_head"):
+        mask = mask_of(kind, 2, rng)
+        plan = block_plan.plan(mask, 64, 128)
+        rebuilt = np.zeros((2, S, S), bool)
+        for h in range(2):
+            p = h if plan.mask_heads > 1 else 0
+            for i in range(S // 64):
+                for t in range(plan.count[p, i]):
+                    j = plan.kv_block[p, i, t]
+                    assert plan.kind[p, i, t] in (block_plan.PARTIAL, block_plan.FULL)
+                    if plan.kind[p, i, t] == block_plan.FULL:
+                        tile = True
+                    elif plan.mask_function is not None:
+                        rows = np.arange(i * 64, (i + 1) * 64)[:, None]
+                        cols = np.arange(j * 128, (j + 1) * 128)[None, :]
+                        tile = plan.mask_function(rows, cols)
+                    else:
+                        tile = plan.partial_blocks[plan.mask_block[p, i, t]]
+                    rebuilt[h, i * 64:(i + 1) * 64, j * 128:(j + 1) * 128] = tile
+        np.testing.assert_array_equal(rebuilt, dense(mask), err_msg=kind)
+        assert plan.count.sum() == (plan.classes != block_plan.EMPTY).sum()
+
+
+@pytest.mark.parametrize("bad", [dict(block_q=96), dict(block_kv=100), dict(stages=0),
+                                 dict(block_kv=512)])
+def test_bad_tuning_is_refused(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        mgpu_forward.TuningConfig(**bad)
+
+
+def test_bad_problems_are_refused():
+    with pytest.raises(ValueError, match="dtype"):
+        mgpu_forward.Problem(1, 1, 128, 128, 64, 64, "float32")
+    with pytest.raises(ValueError, match="head_dim_v"):
+        mgpu_forward.Problem(1, 1, 128, 128, 64, 96, "float16")
+    with pytest.raises(ValueError, match="heads_q"):
+        mgpu_forward.Problem(3, 2, 128, 128, 64, 64, "float16")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("variant", mgpu.VARIANTS)
+@pytest.mark.parametrize(("seq_len", "head_dim", "mask"), [
+    (4096, 256, {"kind": "causal"}), (32768, 64, {"kind": "local", "window": [4096, 0]})])
+def test_publishable_sizes_lower_for_sm90a_within_shared_memory(variant, seq_len, head_dim,
+                                                                 mask):
+    params = {"heads_q": 16, "heads_kv": 16, "seq_len": seq_len, "head_dim": head_dim,
+              "mask": mask, "dtype": "bfloat16"}
+    built = mgpu.build(variant, params)
+    facts = built["artifacts"][0]["facts"]
+    config = mgpu.tuning(params)
+    assert facts["grid"] == [seq_len // config.block_q, 16, 1]
+    assert facts["block"] == [128, 1, 1]  # one warpgroup
+    # What the compiler allocated covers what the kernel asked for, within the limit.
+    asked = mgpu_forward.smem_bytes(mgpu.problem(params), config,
+                                    variant == "mgpu_mask_tiles")
+    assert asked <= facts["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
+    assert built["block_census"]["empty"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_an_over_budget_configuration_fails_naming_it():
+    params = {"heads_q": 1, "heads_kv": 1, "seq_len": 1024, "head_dim": 256,
+              "mask": {"kind": "causal"}, "dtype": "float16",
+              "tiles": {"block_q": 128, "block_kv": 128, "stages": 3}}
+    with pytest.raises(ValueError, match=r"exceed the 232448-byte limit.*block_q=128"):
+        mgpu.build("mgpu", params)
+
+
+@pytest.mark.timeout(120)
+def test_the_launch_facts_come_from_the_lowered_module():
+    """Two configurations that differ only in ring depth differ in allocated memory."""
+    params = {"heads_q": 2, "heads_kv": 2, "seq_len": 512, "head_dim": 64,
+              "mask": {"kind": "causal"}, "dtype": "float16"}
+    smem = []
+    for stages in (1, 2):
+        tiles = {"block_q": 64, "block_kv": 64, "stages": stages}
+        fn = mgpu.make("mgpu", {**params, "tiles": tiles})
+        (launch,) = lowering.lower_for_cuda(fn, mgpu.arg_shapes(params))["launches"]
+        smem.append(launch["dynamic_smem_bytes"])
+    per_stage = (64 * 64 + 64 * 64) * 2  # one K^T tile and one V tile, f16
+    assert smem[1] - smem[0] >= per_stage
