@@ -47,17 +47,6 @@ def check_params(params: dict[str, Any]) -> str | None:
     return None
 
 
-def _shapes(params: dict[str, Any]):
-    import jax
-    import jax.numpy as jnp
-
-    dtype = jnp.dtype(params["dtype"])
-    s, d = params["seq_len"], params["head_dim"]
-    return (jax.ShapeDtypeStruct((params["heads_q"], s, d), dtype),
-            jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype),
-            jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype))
-
-
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     """Lower the kernel: the port for CUDA sm_90a; upstream for TPU (Mosaic) and, in
     its interpreted form, for the host."""
@@ -66,7 +55,7 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     _check_variant(variant)
     if variant in mgpu.VARIANTS:
         return mgpu.build(variant, params)
-    shapes = _shapes(params)
+    shapes = mgpu.arg_shapes(params)
     start = time.perf_counter()
     tpu = jax.jit(upstream.make(params, interpret=False)).trace(*shapes).lower(
         lowering_platforms=("tpu",)).as_text()
