@@ -95,6 +95,5 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
                        "baseline"),
         noise_floor=read(paths.noise_floor_record(target), "noise_floor"),
         sources=sources,
-        current_sources_sha256=provenance.files_sha256(
-            [*provenance.kernel_sources(case), case_path]),
+        current_sources_sha256=provenance.case_sources_sha256(case, case_path),
     )

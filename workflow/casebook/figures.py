@@ -139,7 +139,11 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
     drawn, withheld = [], []
     verified_points = [p for p in ev.points
                        if any(ev.verify.get((v, p), {}).get("passed") for v in ev.variants)]
-    plans = [("correctness", lambda path: correctness_figure(ev, path))]
+    plans = []
+    if ev.verify:
+        plans.append(("correctness", lambda path: correctness_figure(ev, path)))
+    else:
+        withheld.append({"figure": "correctness", "reason": "no verification records"})
     if lowered_launches(ev):
         plans.append(("build", lambda path: build_figure(ev, path)))
     if verified_points:
@@ -149,9 +153,6 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
             "no point passed verification on this target: nothing is timed or published"
             if ev.verify else "no verification records on this target")})
     for name, draw in plans:
-        if name == "correctness" and not ev.verify:
-            withheld.append({"figure": name, "reason": "no verification records"})
-            continue
         svg = paths.figure(case, target, name)
         meta = draw(svg)
         records.write(paths.sidecar(svg), "figure", {

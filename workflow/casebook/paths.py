@@ -89,10 +89,6 @@ def samples_table(record: str) -> str:
     return record.removesuffix(".json") + ".samples.csv"
 
 
-def figure_dir(case: str, target: str) -> str:
-    return f"{FIGURES}/{case}/{target}"
-
-
 def figure_manifest(case: str, target: str) -> str:
     return f"{FIGURES}/{case}/{target}/figures.json"
 

@@ -51,3 +51,8 @@ def kernel_sources(case: str) -> list[Path]:
     own = (p for p in paths.kernel_dir(case).rglob("*")
            if p.is_file() and "__pycache__" not in p.parts)
     return sorted([*paths.KERNELS_DIR.glob("*.py"), *own])
+
+
+def case_sources_sha256(case: str, case_path: Path) -> str:
+    """The hash a case's records carry: its kernel sources and its config."""
+    return files_sha256([*kernel_sources(case), case_path])

@@ -57,7 +57,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     body: dict[str, Any] = {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "verify_record": verify_path,
-        "sources_sha256": provenance.files_sha256([*provenance.kernel_sources(case), path]),
+        "sources_sha256": provenance.case_sources_sha256(case, path),
     }
     if not checked["passed"]:
         table.write(samples_path, [])

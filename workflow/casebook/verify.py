@@ -92,7 +92,7 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     return records.write(out, "verify", {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params,
-        "sources_sha256": provenance.files_sha256([*provenance.kernel_sources(case), path]),
+        "sources_sha256": provenance.case_sources_sha256(case, path),
         "oracle": ORACLE,
         "tolerance": tol,
         "seed": seed,
