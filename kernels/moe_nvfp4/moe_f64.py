@@ -1,0 +1,68 @@
+"""The masked NVFP4 MoE in float64: the four stages, masked_m and per-expert alpha.
+
+Stage 1 quantizes hidden states [E, M, K] with a1_gs; stage 2 is the masked grouped GEMM
+with w1 [E, 2N, K] and alpha1 = 1 / (a1_gs * w1_gs); stage 3 is SiLU(first half) times
+the second half, requantized with a2_gs; stage 4 is the GEMM with w2 [E, K, N] and
+alpha2 = 1 / (a2_gs * w2_gs). Rows at or past masked_m[e] are not computed: the kernels
+leave them untouched, and the model marks them NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.moe_nvfp4 import nvfp4
+
+
+def masked_gemm(a_packed, a_scales, b_packed, b_scales, alpha, masked_m) -> np.ndarray:
+    """out[e, m] = alpha[e] * deq(A)[e, m] @ deq(B)[e]^T for m < masked_m[e], else NaN."""
+    a = nvfp4.dequantize(a_packed, a_scales)
+    b = nvfp4.dequantize(b_packed, b_scales)
+    out = np.einsum("emk,enk->emn", a, b) * np.asarray(alpha, np.float64)[:, None, None]
+    return np.where(valid_rows(masked_m, a.shape[1])[..., None], out, np.nan)
+
+
+def valid_rows(masked_m, m: int) -> np.ndarray:
+    """[E, M] booleans: row m of expert e is computed."""
+    return np.arange(m)[None, :] < np.asarray(masked_m)[:, None]
+
+
+def silu_mul(h: np.ndarray) -> np.ndarray:
+    """SiLU of the first half of the last axis times the second half (float64)."""
+    gate, up = np.split(np.asarray(h, np.float64), 2, axis=-1)
+    return gate / (1.0 + np.exp(-gate)) * up
+
+
+def sum_is_exact_in_f32(a_packed, a_scales, b_packed, b_scales) -> bool:
+    """Whether every partial sum of every output, in any order, is exact in float32.
+
+    All products are multiples of the smallest nonzero product's quantum q (a power of
+    two); when the sum of |products| of each output stays below 2**24 * q, every partial
+    sum is an integer multiple of q under 2**24 * q, hence exact. Then an f32 accumulator
+    gives the float64 sum bit for bit, whatever the order.
+    """
+    a = nvfp4.dequantize(a_packed, a_scales)
+    b = nvfp4.dequantize(b_packed, b_scales)
+    products = np.abs(a[:, :, None, :] * b[:, None, :, :])
+    nonzero = products[products > 0]
+    if nonzero.size == 0:
+        return True
+    # A product's quantum is its lowest set bit (products hold at most 12 significant bits).
+    mantissa, exponent = np.frexp(nonzero)
+    scaled = (mantissa * 2.0**53).astype(np.int64)  # exact: 53-bit integers
+    quantum = np.ldexp(np.float64(scaled & -scaled), exponent - 53)
+    return bool(products.sum(-1).max() < 2.0**24 * quantum.min())
+
+
+def moe(hidden, a1_gs, w1_packed, w1_scales, w1_gs, a2_gs, w2_packed, w2_scales, w2_gs,
+        masked_m) -> dict[str, np.ndarray]:
+    """The four stages in float64; every stage's output by name (invalid rows NaN)."""
+    a1_packed, a1_scales = nvfp4.quantize(hidden, a1_gs)
+    h = masked_gemm(a1_packed, a1_scales, w1_packed, w1_scales,
+                    1.0 / (np.float64(a1_gs) * w1_gs), masked_m)
+    act = np.nan_to_num(silu_mul(h))
+    a2_packed, a2_scales = nvfp4.quantize(act, a2_gs)
+    out = masked_gemm(a2_packed, a2_scales, w2_packed, w2_scales,
+                      1.0 / (np.float64(a2_gs) * w2_gs), masked_m)
+    return {"a1_packed": a1_packed, "a1_scales": a1_scales, "h": h, "act": act,
+            "a2_packed": a2_packed, "a2_scales": a2_scales, "out": out}
