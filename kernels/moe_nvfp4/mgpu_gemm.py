@@ -113,6 +113,15 @@ def smem_bytes(config: TuningConfig) -> int:
     return total
 
 
+def check_budget(config: TuningConfig) -> int:
+    """The config's shared memory in bytes; raises naming the config when over the limit."""
+    used = smem_bytes(config)
+    if used > SMEM_LIMIT_BYTES:
+        raise ValueError(f"{config}: {used} bytes of shared memory exceed the "
+                         f"{SMEM_LIMIT_BYTES}-byte limit")
+    return used
+
+
 def row_scales(tile, groups: int):
     """u8 [R, G] scale bytes -> G float32 vectors over rows (masked row maxima)."""
     bits = tile.astype(jnp.int32)
@@ -146,6 +155,7 @@ def decode_tile(packed, scale):
 def make(problem: Problem, config: TuningConfig, interpret: Any = None):
     """``f(a, a_scales, b_t, b_scales_t, alpha, masked_m) -> out [E, M, N] bf16``."""
     problem.check(config)
+    check_budget(config)
     bm, bn, stages = config.block_m, config.block_n, config.stages
     chunks = bn // 64
     k_steps = problem.k // K_STEP
