@@ -140,3 +140,27 @@ def k_pair_major(packed: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np
     codes = np.swapaxes(unpack(packed), -1, -2)
     return (codes[..., 0::2, :] | (codes[..., 1::2, :] << 4)).astype(np.uint8), \
         np.ascontiguousarray(np.swapaxes(scales, -1, -2))
+
+
+TIE_WINDOW = 2.0**-21  # relative: a float32 evaluation of x*gs/sf (two roundings) is this close
+
+
+def tie_aware_check(x, gs, packed, scales) -> dict[str, int]:
+    """A kernel's NVFP4 output against the model, code for code, where a difference is
+    allowed only at a rounding tie: a scale must be the rounding of block_amax*gs/6
+    moved by at most TIE_WINDOW (relative), and each code the rounding, likewise, of
+    x*gs/sf for the kernel's own scale sf. Returns counts of mismatches and of ties."""
+    exact = block_scale(x, gs)
+    got_sf = e4m3_value(scales)
+    low, high = round_e4m3(exact * (1 - TIE_WINDOW)), round_e4m3(exact * (1 + TIE_WINDOW))
+    y = scaled_value(x, gs, got_sf)
+    got = unpack(packed)
+    zero = np.repeat(got_sf, BLOCK, axis=-1) == 0
+    low_c = np.where(zero, 0, e2m1_code(y * (1 - TIE_WINDOW)))
+    high_c = np.where(zero, 0, e2m1_code(y * (1 + TIE_WINDOW)))
+    return {
+        "scale_mismatches": int(np.count_nonzero((got_sf != low) & (got_sf != high))),
+        "scale_ties": int(np.count_nonzero(got_sf != round_e4m3(exact))),
+        "code_mismatches": int(np.count_nonzero((got != low_c) & (got != high_c))),
+        "code_ties": int(np.count_nonzero(got != codes_for_scales(x, gs, got_sf))),
+    }

@@ -1,0 +1,134 @@
+"""Grouped NVFP4 quantize for NVIDIA Hopper in Pallas Mosaic GPU.
+
+x [E, M, K] bf16 and per-expert global scales gs [E] -> packed e2m1 codes [E, M, K/2]
+and e4m3 block scales [E, M, K/16], row-major: the Hopper GEMM's layout.
+``swizzled_scales`` relayouts them to the reference's 128x4 layout (an XLA transpose
+after the kernel, not yet written by the kernel itself).
+
+One CTA (one warpgroup) per (expert, row block); blocks wholly past masked_m[e] are
+skipped. x arrives as uint32 pairs (a free bitcast outside the kernel), so even K (low
+half) and odd K (high half) come apart with a shift and a mask, and the low and high
+nibbles of each output byte are computed side by side. Per 16-element block: amax by
+masked row maxima, sf = e4m3(amax * gs / 6), codes e2m1(x * gs / sf), in float32 with
+ties to even (``encode``). A float32 evaluation may pick the other code where the exact
+value sits at a rounding tie, so the kernel is checked tie-aware.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from kernels.moe_nvfp4 import encode
+from kernels.moe_nvfp4.mgpu_gemm import _swizzled
+from kernels.splash_attention import interpret_support
+
+WGMMA = plgpu.Layout.WGMMA
+K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+    block_m: int = 64
+
+    def __post_init__(self):
+        if self.block_m not in (64, 128):
+            raise ValueError(f"{self.block_m=} must be 64 or 128 (one warpgroup's rows)")
+
+
+def _group_maxima(values, groups: int):
+    cols = plgpu.broadcasted_iota(jnp.int32, values.shape, 1, layout=WGMMA) // 8
+    return [jnp.where(cols == g, values, 0.0).max(axis=1) for g in range(groups)]
+
+
+def _broadcast(vectors, shape):
+    cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=WGMMA) // 8
+    out = lax.broadcast_in_dim(vectors[0], shape, [0])
+    for g in range(1, len(vectors)):
+        out = jnp.where(cols == g, lax.broadcast_in_dim(vectors[g], shape, [0]), out)
+    return out
+
+
+def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = None):
+    """``f(x [E, M, K] bf16, gs [E] f32, masked_m [E] i32) -> (packed, scales)``."""
+    bm = config.block_m
+    if k % 256 or m % bm:
+        raise ValueError(f"k={k} must be a multiple of 256 and m={m} of block_m={bm}")
+    steps = k // K_STEP
+    if interpret is not None:
+        interpret_support.enable_layout_cast_on_host()
+
+    def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, barrier):
+        e = lax.axis_index("experts")
+        m0 = lax.axis_index("m_blocks") * bm
+
+        @pl.when(m0 < masked_ref[e])
+        def _():
+            gs = gs_ref[e]
+
+            def step(t, carry):
+                plgpu.copy_gmem_to_smem(x_ref.at[e, pl.ds(m0, bm), pl.ds(t * 64, 64)],
+                                        x_smem, barrier)
+                plgpu.barrier_wait(barrier)
+                words = x_smem[...]
+                even = lax.bitcast_convert_type(words << 16, jnp.float32)
+                odd = lax.bitcast_convert_type(words & jnp.uint32(0xFFFF0000), jnp.float32)
+                amax = _group_maxima(jnp.maximum(jnp.abs(even), jnp.abs(odd)), 8)
+                scales = [encode.e4m3(a * gs / 6.0) for a in amax]
+                sf = _broadcast([v for v, _ in scales], even.shape)
+                zero = sf == 0.0
+                low = encode.e2m1(even * gs / jnp.where(zero, 1.0, sf), (words & 0x8000) != 0)
+                high = encode.e2m1(odd * gs / jnp.where(zero, 1.0, sf), (words >> 31) != 0)
+                packed = jnp.where(zero, 0, low | (high << 4))
+                plgpu.commit_smem()  # every thread has read x_smem before it is refilled
+                q_smem[...] = packed.astype(jnp.uint8)
+                # Scale bytes of two steps fill one [bm, 16] tile (a 16-byte TMA row).
+                half = lax.rem(t, 2)
+                cols = plgpu.broadcasted_iota(jnp.int32, (bm, 16), 1, layout=WGMMA)
+                tile = plgpu.layout_cast(s_smem[...], WGMMA).astype(jnp.int32)
+                for g, (_, byte) in enumerate(scales):
+                    tile = jnp.where(cols == 8 * half + g,
+                                     lax.broadcast_in_dim(byte, (bm, 16), [0]), tile)
+                s_smem[...] = tile.astype(jnp.uint8)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(q_smem, q_ref.at[e, pl.ds(m0, bm), pl.ds(t * 64, 64)])
+
+                @pl.when(half == 1)
+                def _():
+                    plgpu.copy_smem_to_gmem(
+                        s_smem, s_ref.at[e, pl.ds(m0, bm), pl.ds((t - 1) * 8, 16)])
+
+                plgpu.wait_smem_to_gmem(0)
+                return carry
+
+            lax.fori_loop(0, steps, step, 0)
+
+    call = plgpu.kernel(
+        body,
+        out_type=(jax.ShapeDtypeStruct((experts, m, k // 2), jnp.uint8),
+                  jax.ShapeDtypeStruct((experts, m, k // 16), jnp.uint8)),
+        grid=(experts, m // bm), grid_names=("experts", "m_blocks"),
+        scratch_types=dict(x_smem=_swizzled((bm, 64), jnp.uint32, 128),
+                           q_smem=_swizzled((bm, 64), jnp.uint8, 64),
+                           s_smem=plgpu.SMEM((bm, 16), jnp.uint8),
+                           barrier=plgpu.Barrier(num_arrivals=1)),
+        interpret=interpret)
+
+    def quantize(x, gs, masked_m):
+        words = lax.bitcast_convert_type(x.reshape(experts, m, k // 2, 2), jnp.uint32)
+        return call(words, gs, masked_m)
+
+    return quantize
+
+
+def swizzled_scales(scales):
+    """[E, M, K/16] (M a multiple of 128, K/16 of 4) -> [E, M*K/16] in the 128x4 layout."""
+    e, m, kb = scales.shape
+    tiles = scales.reshape(e, m // 128, 4, 32, kb // 4, 4).transpose(0, 1, 4, 3, 2, 5)
+    return tiles.reshape(e, -1)

@@ -1,0 +1,66 @@
+"""The grouped NVFP4 quantize kernel in the Mosaic GPU interpreter (race detection on)
+against the model, code for code with a tie-aware check, and lowered for sm_90a."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.moe_nvfp4 import mgpu_quantize, nvfp4, problems
+from kernels.splash_attention import lowering, mgpu
+
+
+@pytest.fixture
+def interpreter():
+    mgpu.reset_interpreter()
+    yield mgpu.interpret_params(race_detection=True)
+    mgpu.reset_interpreter()
+
+
+def test_tie_aware_check_rejects_a_wrong_code_and_a_wrong_scale(rng):
+    x = problems.activations(rng, 1, 4, 64)
+    gs = problems.global_scale(x)
+    packed, scales = nvfp4.quantize(x, gs)
+    assert nvfp4.tie_aware_check(x, gs, packed, scales)["code_mismatches"] == 0
+    bad = packed.copy()
+    bad[0, 0, 0] ^= 0x22  # two codes moved by two steps
+    assert nvfp4.tie_aware_check(x, gs, bad, scales)["code_mismatches"] >= 1
+    bad_scales = scales.copy()
+    bad_scales[0, 0, 0] += 2
+    assert nvfp4.tie_aware_check(x, gs, packed, bad_scales)["scale_mismatches"] == 1
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, block_m):
+    e, m, k = 2, 128, 256
+    x = problems.activations(rng, e, m, k)
+    x[0, 0, :16] = -x[0, 0, :16] * 1e-3  # small negatives beside a large one: −0 codes
+    x[0, 0, 0] = 1.0
+    gs = problems.global_scale(x)
+    masked = rng.permutation(np.array([rng.integers(1, m + 1), 0], np.int32))
+    fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(block_m), interpreter)
+    packed, scales = map(np.asarray, fn(jnp.asarray(x, jnp.bfloat16), gs, masked))
+    assert not mgpu.races_found(), "the interpreter's race detector reported a race"
+    rows = -(-masked // block_m) * block_m  # whole row blocks are quantized
+    for expert in np.nonzero(rows)[0]:
+        r = rows[expert]
+        result = nvfp4.tie_aware_check(x[expert:expert + 1, :r], gs[expert:expert + 1],
+                                       packed[expert:expert + 1, :r],
+                                       scales[expert:expert + 1, :r])
+        assert result["scale_mismatches"] == result["code_mismatches"] == 0, result
+    # The 128x4 relayout is a pure permutation: the same bytes as the model's swizzle.
+    np.testing.assert_array_equal(
+        np.asarray(mgpu_quantize.swizzled_scales(jnp.asarray(scales))), nvfp4.swizzle(scales))
+
+
+@pytest.mark.timeout(120)
+def test_quantize_lowers_for_sm90a_at_an_upstream_benchmark_shape():
+    e, m, k = 6, 1408, 7168
+    fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(128))
+    (launch,) = lowering.lower_for_cuda(fn, (jax.ShapeDtypeStruct((e, m, k), jnp.bfloat16),
+                                             jax.ShapeDtypeStruct((e,), jnp.float32),
+                                             jax.ShapeDtypeStruct((e,), jnp.int32)))["launches"]
+    assert launch["grid"] == [m // 128, e, 1] and launch["block"] == [128, 1, 1]
