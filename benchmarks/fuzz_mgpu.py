@@ -20,7 +20,8 @@ import numpy as np
 
 from benchmarks.workloads import write
 from casebook.verify import compare
-from kernels.splash_attention import mgpu, mgpu_forward, oracle_f64
+from kernels import mgpu_interpret
+from kernels.splash_attention import mgpu_forward, oracle_f64
 from kernels.splash_attention.problems import MASK_KINDS, dense, inputs, mask_of, segments
 
 # Against the float64 oracle, as in tests/test_mgpu_forward.py (reasons there).
@@ -43,21 +44,21 @@ def run_one(problem: dict, rng: np.random.Generator) -> dict:
     mask = mask_of(problem["mask"], problem["heads"][0], rng)
     q, k, v = inputs(rng, *problem["heads"], *problem["dims"], problem["dtype"])
     seg = segments(rng) if problem["segment_ids"] else None
-    mgpu.reset_interpreter()
+    mgpu_interpret.reset_interpreter()
     start = time.perf_counter()
     got = jax.block_until_ready(mgpu_forward.splash_attention(
         mask, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), segment_ids=seg,
         soft_cap=problem["soft_cap"], return_lse=problem["lse"],
         config=mgpu_forward.TuningConfig(64, problem["block_kv"], problem["stages"]),
-        interpret=mgpu.interpret_params(race_detection=True)))
+        interpret=mgpu_interpret.interpret_params(race_detection=True)))
     seconds = time.perf_counter() - start
     out = got[0] if problem["lse"] else got
     want = oracle_f64.attention(q, k, v, dense(mask), soft_cap=problem["soft_cap"],
                                 segment_ids=None if seg is None else (seg.q, seg.kv))
     tol = TOL[problem["dtype"]]
     check = compare(np.asarray(out, np.float64), want, tol, tol)
-    return {**problem, "seconds": seconds, "races_found": mgpu.races_found(),
-            "passed": check["passed"] and not mgpu.races_found(),
+    return {**problem, "seconds": seconds, "races_found": mgpu_interpret.races_found(),
+            "passed": check["passed"] and not mgpu_interpret.races_found(),
             "worst_error_over_tolerance": check["worst_error_over_tolerance"]}
 
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from casebook.verify import compare
-from kernels.splash_attention import block_plan, lowering, mgpu, mgpu_forward, oracle_f64
+from kernels import mgpu_interpret, mgpu_lowering
+from kernels.splash_attention import block_plan, mgpu, mgpu_forward, oracle_f64
 from kernels.splash_attention.problems import MASK_KINDS, S, dense, inputs, mask_of, segments
 
 TOL = {"float16": 3e-3, "bfloat16": 2e-2}
@@ -29,9 +30,9 @@ LSE_TOL = 1e-3
 @pytest.fixture
 def interpreter():
     """The Mosaic GPU interpreter with race detection, reset after any failure."""
-    mgpu.reset_interpreter()
-    yield mgpu.interpret_params(race_detection=True)
-    mgpu.reset_interpreter()
+    mgpu_interpret.reset_interpreter()
+    yield mgpu_interpret.interpret_params(race_detection=True)
+    mgpu_interpret.reset_interpreter()
 
 
 def run_and_check(interp, mask, q, k, v, *, seg=None, cap=None, lse=False, config=None):
@@ -40,7 +41,7 @@ def run_and_check(interp, mask, q, k, v, *, seg=None, cap=None, lse=False, confi
         mask, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), segment_ids=seg, soft_cap=cap,
         return_lse=lse, config=config, interpret=interp)
     got = jax.block_until_ready(got)
-    assert not mgpu.races_found(), "the interpreter's race detector reported a race"
+    assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
     k3, v3 = (k[None], v[None]) if k.ndim == 2 else (k, v)
     want = oracle_f64.attention(q, k3, v3, dense(mask), soft_cap=cap, return_lse=lse,
                                 segment_ids=None if seg is None else (seg.q, seg.kv))
@@ -116,7 +117,7 @@ def test_matches_upstream_tpu_splash_in_interpret_mode(rng, interpreter):
     ours = mgpu_forward.splash_attention(
         mask, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), segment_ids=seg, soft_cap=3.0,
         config=mgpu_forward.TuningConfig(64, 64, 2), interpret=interpreter)
-    assert not mgpu.races_found()
+    assert not mgpu_interpret.races_found()
     tol = 2 * TOL["bfloat16"]  # both round P and the output to bf16, independently
     result = compare(np.asarray(ours, np.float64), np.asarray(theirs, np.float64), tol, tol)
     assert result["passed"], result
@@ -220,7 +221,7 @@ def test_the_launch_facts_come_from_the_lowered_module():
     for stages in (1, 2):
         tiles = {"block_q": 64, "block_kv": 64, "stages": stages}
         fn = mgpu.make("mgpu", {**params, "tiles": tiles})
-        (launch,) = lowering.lower_for_cuda(fn, mgpu.arg_shapes(params))["launches"]
+        (launch,) = mgpu_lowering.lower_for_cuda(fn, mgpu.arg_shapes(params))["launches"]
         smem.append(launch["dynamic_smem_bytes"])
     per_stage = (64 * 64 + 64 * 64) * 2  # one K^T tile and one V tile, f16
     assert smem[1] - smem[0] >= per_stage

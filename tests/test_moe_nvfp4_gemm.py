@@ -16,8 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from kernels import mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import mgpu_gemm, moe_f64, nvfp4, problems
-from kernels.splash_attention import lowering, mgpu
 
 CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3)]
 IDS = [f"m{c.block_m}n{c.block_n}s{c.stages}" for c in CONFIGS]
@@ -25,15 +25,15 @@ IDS = [f"m{c.block_m}n{c.block_n}s{c.stages}" for c in CONFIGS]
 
 @pytest.fixture
 def interpreter():
-    mgpu.reset_interpreter()
-    yield mgpu.interpret_params(race_detection=True)
-    mgpu.reset_interpreter()
+    mgpu_interpret.reset_interpreter()
+    yield mgpu_interpret.interpret_params(race_detection=True)
+    mgpu_interpret.reset_interpreter()
 
 
 def run(interp, problem, config, a, b, alpha, masked):
     b_t, sb_t = nvfp4.k_pair_major(b[0], b[1])
     out = mgpu_gemm.make(problem, config, interpret=interp)(a[0], a[1], b_t, sb_t, alpha, masked)
-    assert not mgpu.races_found(), "the interpreter's race detector reported a race"
+    assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
     return np.asarray(out).astype(np.float64)
 
 
@@ -80,7 +80,7 @@ def test_gemm_with_general_scales_is_within_its_rounding_bound(rng, interpreter)
 @pytest.mark.parametrize("config", CONFIGS, ids=IDS)
 def test_gemm_lowers_for_sm90a_at_an_upstream_benchmark_shape(config):
     problem = mgpu_gemm.Problem(6, 1408, 4096, 7168)  # groups 6, expected_m 1024 (×1.3)
-    (launch,) = lowering.lower_for_cuda(mgpu_gemm.make(problem, config),
+    (launch,) = mgpu_lowering.lower_for_cuda(mgpu_gemm.make(problem, config),
                                         mgpu_gemm.arg_shapes(problem))["launches"]
     assert launch["grid"] == [1408 // config.block_m, 4096 // config.block_n, 6]  # x fastest
     assert launch["block"] == [128, 1, 1]

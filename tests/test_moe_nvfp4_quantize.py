@@ -8,15 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from kernels import mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import mgpu_quantize, nvfp4, problems
-from kernels.splash_attention import lowering, mgpu
 
 
 @pytest.fixture
 def interpreter():
-    mgpu.reset_interpreter()
-    yield mgpu.interpret_params(race_detection=True)
-    mgpu.reset_interpreter()
+    mgpu_interpret.reset_interpreter()
+    yield mgpu_interpret.interpret_params(race_detection=True)
+    mgpu_interpret.reset_interpreter()
 
 
 def test_tie_aware_check_rejects_a_wrong_code_and_a_wrong_scale(rng):
@@ -43,7 +43,7 @@ def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, b
     masked = rng.permutation(np.array([rng.integers(1, m + 1), 0], np.int32))
     fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(block_m), interpreter)
     packed, scales = map(np.asarray, fn(jnp.asarray(x, jnp.bfloat16), gs, masked))
-    assert not mgpu.races_found(), "the interpreter's race detector reported a race"
+    assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
     rows = -(-masked // block_m) * block_m  # whole row blocks are quantized
     for expert in np.nonzero(rows)[0]:
         r = rows[expert]
@@ -60,7 +60,7 @@ def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, b
 def test_quantize_lowers_for_sm90a_at_an_upstream_benchmark_shape():
     e, m, k = 6, 1408, 7168
     fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(128))
-    (launch,) = lowering.lower_for_cuda(fn, (jax.ShapeDtypeStruct((e, m, k), jnp.bfloat16),
+    (launch,) = mgpu_lowering.lower_for_cuda(fn, (jax.ShapeDtypeStruct((e, m, k), jnp.bfloat16),
                                              jax.ShapeDtypeStruct((e,), jnp.float32),
                                              jax.ShapeDtypeStruct((e,), jnp.int32)))["launches"]
     assert launch["grid"] == [m // 128, e, 1] and launch["block"] == [128, 1, 1]

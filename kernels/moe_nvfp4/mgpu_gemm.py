@@ -36,8 +36,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import decode
-from kernels.splash_attention import interpret_support
 
 SMEM_LIMIT_BYTES = 232_448  # Hopper's opt-in dynamic shared memory per block (227 KiB)
 K_STEP = 256  # K per pipeline step: 16 scale bytes per row, the smallest TMA box (16 B)
@@ -160,7 +160,7 @@ def make(problem: Problem, config: TuningConfig, interpret: Any = None):
     chunks = bn // 64
     k_steps = problem.k // K_STEP
     if interpret is not None:
-        interpret_support.enable_layout_cast_on_host()
+        mgpu_interpret.enable_layout_cast_on_host()
 
     def body(a_ref, sa_ref, b_ref, sb_ref, alpha_ref, masked_ref, out_ref, *, a_smem,
              sa_smem, b_smem, sb_smem, a_bf16, b_bf16, o_smem, barriers):

@@ -25,9 +25,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import encode
 from kernels.moe_nvfp4.mgpu_gemm import _swizzled
-from kernels.splash_attention import interpret_support
 
 WGMMA = plgpu.Layout.WGMMA
 K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
@@ -62,7 +62,7 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
         raise ValueError(f"k={k} must be a multiple of 256 and m={m} of block_m={bm}")
     steps = k // K_STEP
     if interpret is not None:
-        interpret_support.enable_layout_cast_on_host()
+        mgpu_interpret.enable_layout_cast_on_host()
 
     def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, barrier):
         e = lax.axis_index("experts")

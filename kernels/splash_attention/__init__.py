@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels import mgpu_interpret
 from kernels.runnable import Runnable, from_jax
 from kernels.splash_attention import baselines, masks, mgpu, oracle_f64, upstream
 
@@ -82,7 +83,7 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     """The kernel to ``check`` (faithful interpreter, NaN memory, races) or to ``time``."""
     _check_variant(variant)
     if variant in mgpu.VARIANTS:
-        fn = mgpu.make(variant, params, interpret=mgpu.interpret_params(
+        fn = mgpu.make(variant, params, interpret=mgpu_interpret.interpret_params(
             race_detection=purpose == "check"))
         return from_jax(fn, INPUTS, {
             "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
@@ -101,12 +102,12 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
 
 
 def races_found() -> bool:
-    return upstream.races_found() or mgpu.races_found()
+    return upstream.races_found() or mgpu_interpret.races_found()
 
 
 def reset() -> None:
     upstream.reset_interpreter()
-    mgpu.reset_interpreter()
+    mgpu_interpret.reset_interpreter()
 
 
 def baseline(name: str, params: dict[str, Any]) -> Runnable:

@@ -11,7 +11,6 @@ Two variants share one kernel source (``mgpu_forward``):
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 from typing import Any
 
@@ -19,29 +18,10 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
-from kernels.splash_attention import block_plan, lowering, mgpu_forward, upstream
+from kernels import mgpu_lowering
+from kernels.splash_attention import block_plan, mgpu_forward, upstream
 
 VARIANTS = ("mgpu", "mgpu_mask_tiles")
-
-
-def interpret_params(race_detection: bool = True):
-    """The Mosaic GPU interpreter: uninitialised SMEM is NaN, races detected."""
-    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
-
-    return InterpretGPUParams(detect_races=race_detection, uninitialized_memory="nan")
-
-
-def races_found() -> bool:
-    """Whether the Mosaic GPU interpreter's race detector saw a race since the last reset
-    (its state is read directly: ``get_races()`` asserts before any kernel has run)."""
-    state = importlib.import_module("jax._src.pallas.mosaic_gpu.interpret.gpu_callbacks")
-    return bool(state._races is not None and state._races.races_found)
-
-
-def reset_interpreter() -> None:
-    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call
-
-    interpret_pallas_call.reset_gpu_interpret_mode_state()
 
 
 def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
@@ -125,7 +105,7 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     if budget > mgpu_forward.SMEM_LIMIT_BYTES:
         raise ValueError(f"{variant} at {params}: {budget} bytes of shared memory exceed the "
                          f"{mgpu_forward.SMEM_LIMIT_BYTES}-byte limit ({config})")
-    lowered = lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
+    lowered = mgpu_lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
     (launch,) = lowered["launches"]
     return {
         "artifacts": [{

@@ -40,7 +40,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels.splash_attention import interpret_support
+from kernels import mgpu_interpret
 from kernels.splash_attention.block_plan import PARTIAL, BlockPlan
 
 LOG2E = math.log2(math.e)
@@ -161,7 +161,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
     per_head_plan = block_plan.mask_heads > 1
     mask_function = block_plan.mask_function
     if interpret is not None:
-        interpret_support.enable_layout_cast_on_host()
+        mgpu_interpret.enable_layout_cast_on_host()
     has_tiles = mask_function is None
 
     def body(q_ref, kt_ref, v_ref, kv_block_ref, kind_ref, mask_block_ref, count_ref,
