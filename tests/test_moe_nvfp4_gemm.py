@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import mgpu_gemm, moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import mgpu_gemm, mgpu_mainloop, moe_f64, nvfp4, problems
 
-CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3)]
-IDS = [f"m{c.block_m}n{c.block_n}s{c.stages}" for c in CONFIGS]
+CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3),
+           mgpu_gemm.TuningConfig(64, 128, 1, persistent_ctas=3)]
+IDS = [f"m{c.block_m}n{c.block_n}s{c.stages}p{c.persistent_ctas}" for c in CONFIGS]
 
 
 @pytest.fixture
@@ -82,13 +83,15 @@ def test_gemm_lowers_for_sm90a_at_an_upstream_benchmark_shape(config):
     problem = mgpu_gemm.Problem(6, 1408, 4096, 7168)  # groups 6, expected_m 1024 (×1.3)
     (launch,) = mgpu_lowering.lower_for_cuda(mgpu_gemm.make(problem, config),
                                         mgpu_gemm.arg_shapes(problem))["launches"]
-    assert launch["grid"] == [1408 // config.block_m, 4096 // config.block_n, 6]  # x fastest
+    tiles = [1408 // config.block_m, 4096 // config.block_n, 6]  # x fastest
+    assert launch["grid"] == ([config.persistent_ctas, 1, 1] if config.persistent_ctas
+                              else tiles)
     assert launch["block"] == [128, 1, 1]
     assert mgpu_gemm.smem_bytes(config) <= launch["dynamic_smem_bytes"] \
-        <= mgpu_gemm.SMEM_LIMIT_BYTES
+        <= mgpu_mainloop.SMEM_LIMIT_BYTES
 
 
 def test_over_budget_configs_are_rejected_naming_them():
     config = mgpu_gemm.TuningConfig(128, 256, 3)
-    with pytest.raises(ValueError, match=r"TuningConfig\(block_m=128, block_n=256, stages=3\)"):
+    with pytest.raises(ValueError, match=r"TuningConfig\(block_m=128, block_n=256, stages=3, .*exceed"):
         mgpu_gemm.make(mgpu_gemm.Problem(1, 128, 256, 256), config)

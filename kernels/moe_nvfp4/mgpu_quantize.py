@@ -27,7 +27,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import encode
-from kernels.moe_nvfp4.mgpu_gemm import _swizzled
+from kernels.moe_nvfp4.mgpu_mainloop import swizzled
 
 WGMMA = plgpu.Layout.WGMMA
 K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
@@ -114,8 +114,8 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
         out_type=(jax.ShapeDtypeStruct((experts, m, k // 2), jnp.uint8),
                   jax.ShapeDtypeStruct((experts, m, k // 16), jnp.uint8)),
         grid=(experts, m // bm), grid_names=("experts", "m_blocks"),
-        scratch_types=dict(x_smem=_swizzled((bm, 64), jnp.uint32, 128),
-                           q_smem=_swizzled((bm, 64), jnp.uint8, 64),
+        scratch_types=dict(x_smem=swizzled((bm, 64), jnp.uint32, 128),
+                           q_smem=swizzled((bm, 64), jnp.uint8, 64),
                            s_smem=plgpu.SMEM((bm, 16), jnp.uint8),
                            barrier=plgpu.Barrier(num_arrivals=1)),
         interpret=interpret)
