@@ -93,5 +93,6 @@ def test_gemm_lowers_for_sm90a_at_an_upstream_benchmark_shape(config):
 
 def test_over_budget_configs_are_rejected_naming_them():
     config = mgpu_gemm.TuningConfig(128, 256, 3)
-    with pytest.raises(ValueError, match=r"TuningConfig\(block_m=128, block_n=256, stages=3, .*exceed"):
+    named = r"TuningConfig\(block_m=128, block_n=256, stages=3, .*exceed"
+    with pytest.raises(ValueError, match=named):
         mgpu_gemm.make(mgpu_gemm.Problem(1, 128, 256, 256), config)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import mgpu_quantize, nvfp4, problems
+from kernels.moe_nvfp4 import mgpu_quantize, moe_f64, nvfp4, problems
+
+POISON = 0xFF  # the interpreter's uninitialised uint8
 
 
 @pytest.fixture
@@ -44,13 +46,14 @@ def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, b
     fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(block_m), interpreter)
     packed, scales = map(np.asarray, fn(jnp.asarray(x, jnp.bfloat16), gs, masked))
     assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
-    rows = -(-masked // block_m) * block_m  # whole row blocks are quantized
-    for expert in np.nonzero(rows)[0]:
-        r = rows[expert]
+    for expert in np.nonzero(masked)[0]:
+        r = masked[expert]
         result = nvfp4.tie_aware_check(x[expert:expert + 1, :r], gs[expert:expert + 1],
                                        packed[expert:expert + 1, :r],
                                        scales[expert:expert + 1, :r])
         assert result["scale_mismatches"] == result["code_mismatches"] == 0, result
+    unwritten = ~moe_f64.valid_rows(masked, m)  # poisoned by the interpreter: never written
+    assert (packed[unwritten] == POISON).all() and (scales[unwritten] == POISON).all()
     # The 128x4 relayout is a pure permutation: the same bytes as the model's swizzle.
     np.testing.assert_array_equal(
         np.asarray(mgpu_quantize.swizzled_scales(jnp.asarray(scales))), nvfp4.swizzle(scales))

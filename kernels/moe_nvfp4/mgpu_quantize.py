@@ -3,15 +3,16 @@
 x [E, M, K] bf16 and per-expert global scales gs [E] -> packed e2m1 codes [E, M, K/2]
 and e4m3 block scales [E, M, K/16], row-major: the Hopper GEMM's layout.
 ``swizzled_scales`` relayouts them to the reference's 128x4 layout (an XLA transpose
-after the kernel, not yet written by the kernel itself).
+after the kernel, not written by the kernel itself).
 
 One CTA (one warpgroup) per (expert, row block); blocks wholly past masked_m[e] are
-skipped. x arrives as uint32 pairs (a free bitcast outside the kernel), so even K (low
-half) and odd K (high half) come apart with a shift and a mask, and the low and high
-nibbles of each output byte are computed side by side. Per 16-element block: amax by
-masked row maxima, sf = e4m3(amax * gs / 6), codes e2m1(x * gs / sf), in float32 with
-ties to even (``encode``). A float32 evaluation may pick the other code where the exact
-value sits at a rounding tie, so the kernel is checked tie-aware.
+skipped, and only rows below masked_m[e] are stored. x arrives as uint32 pairs (a free
+bitcast outside the kernel), so even K (low half) and odd K (high half) come apart with
+a shift and a mask, and the low and high nibbles of each output byte are computed side
+by side (``quantize_pair``, shared with the fused kernel). Per 16-element block: amax
+by masked row maxima, sf = e4m3(amax * gs / 6), codes e2m1(x * gs / sf), in float32
+with ties to even (``encode``). A float32 evaluation may pick the other code where the
+exact value sits at a rounding tie, so the kernel is checked tie-aware.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import encode
-from kernels.moe_nvfp4.mgpu_mainloop import swizzled
+from kernels.moe_nvfp4.mgpu_mainloop import WGMMA, store_valid_rows, swizzled
 
-WGMMA = plgpu.Layout.WGMMA
 K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
 
 
@@ -42,17 +42,35 @@ class QuantizeConfig:
             raise ValueError(f"{self.block_m=} must be 64 or 128 (one warpgroup's rows)")
 
 
-def _group_maxima(values, groups: int):
-    cols = plgpu.broadcasted_iota(jnp.int32, values.shape, 1, layout=WGMMA) // 8
-    return [jnp.where(cols == g, values, 0.0).max(axis=1) for g in range(groups)]
+def quantize_pair(even, odd, gs):
+    """float32 [R, 64] tiles of even and odd K (128 K per row, 8 blocks of 16) ->
+    (packed int32 bytes [R, 64], 8 int32 vectors of scale bytes over rows)."""
+    cols = plgpu.broadcasted_iota(jnp.int32, even.shape, 1, layout=WGMMA) // 8
+    magnitude = jnp.maximum(jnp.abs(even), jnp.abs(odd))
+    scales = [encode.e4m3(jnp.where(cols == g, magnitude, 0.0).max(axis=1) * gs / 6.0)
+              for g in range(8)]
+    sf = lax.broadcast_in_dim(scales[0][0], even.shape, [0])
+    for g in range(1, 8):
+        sf = jnp.where(cols == g, lax.broadcast_in_dim(scales[g][0], even.shape, [0]), sf)
+    zero = sf == 0.0
+    divisor = jnp.where(zero, 1.0, sf)
+
+    def codes(x):
+        negative = lax.bitcast_convert_type(x, jnp.int32) < 0
+        return encode.e2m1(x * gs / divisor, negative)
+
+    return jnp.where(zero, 0, codes(even) | (codes(odd) << 4)), [b for _, b in scales]
 
 
-def _broadcast(vectors, shape):
-    cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=WGMMA) // 8
-    out = lax.broadcast_in_dim(vectors[0], shape, [0])
-    for g in range(1, len(vectors)):
-        out = jnp.where(cols == g, lax.broadcast_in_dim(vectors[g], shape, [0]), out)
-    return out
+def merge_scale_bytes(s_smem, vectors, half):
+    """Write 8 scale-byte vectors into columns 8*half.. of the [R, 16] scale tile (two
+    128-K steps fill one 16-byte TMA row)."""
+    shape = s_smem.shape
+    cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=WGMMA)
+    tile = plgpu.layout_cast(s_smem[...], WGMMA).astype(jnp.int32)
+    for g, byte in enumerate(vectors):
+        tile = jnp.where(cols == 8 * half + g, lax.broadcast_in_dim(byte, shape, [0]), tile)
+    s_smem[...] = tile.astype(jnp.uint8)
 
 
 def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = None):
@@ -60,18 +78,16 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
     bm = config.block_m
     if k % 256 or m % bm:
         raise ValueError(f"k={k} must be a multiple of 256 and m={m} of block_m={bm}")
-    steps = k // K_STEP
     if interpret is not None:
         mgpu_interpret.enable_layout_cast_on_host()
 
     def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, barrier):
         e = lax.axis_index("experts")
         m0 = lax.axis_index("m_blocks") * bm
+        rows = masked_ref[e]
 
-        @pl.when(m0 < masked_ref[e])
+        @pl.when(m0 < rows)
         def _():
-            gs = gs_ref[e]
-
             def step(t, carry):
                 plgpu.copy_gmem_to_smem(x_ref.at[e, pl.ds(m0, bm), pl.ds(t * 64, 64)],
                                         x_smem, barrier)
@@ -79,35 +95,22 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
                 words = x_smem[...]
                 even = lax.bitcast_convert_type(words << 16, jnp.float32)
                 odd = lax.bitcast_convert_type(words & jnp.uint32(0xFFFF0000), jnp.float32)
-                amax = _group_maxima(jnp.maximum(jnp.abs(even), jnp.abs(odd)), 8)
-                scales = [encode.e4m3(a * gs / 6.0) for a in amax]
-                sf = _broadcast([v for v, _ in scales], even.shape)
-                zero = sf == 0.0
-                low = encode.e2m1(even * gs / jnp.where(zero, 1.0, sf), (words & 0x8000) != 0)
-                high = encode.e2m1(odd * gs / jnp.where(zero, 1.0, sf), (words >> 31) != 0)
-                packed = jnp.where(zero, 0, low | (high << 4))
+                packed, scale_bytes = quantize_pair(even, odd, gs_ref[e])
                 plgpu.commit_smem()  # every thread has read x_smem before it is refilled
                 q_smem[...] = packed.astype(jnp.uint8)
-                # Scale bytes of two steps fill one [bm, 16] tile (a 16-byte TMA row).
                 half = lax.rem(t, 2)
-                cols = plgpu.broadcasted_iota(jnp.int32, (bm, 16), 1, layout=WGMMA)
-                tile = plgpu.layout_cast(s_smem[...], WGMMA).astype(jnp.int32)
-                for g, (_, byte) in enumerate(scales):
-                    tile = jnp.where(cols == 8 * half + g,
-                                     lax.broadcast_in_dim(byte, (bm, 16), [0]), tile)
-                s_smem[...] = tile.astype(jnp.uint8)
+                merge_scale_bytes(s_smem, scale_bytes, half)
                 plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(q_smem, q_ref.at[e, pl.ds(m0, bm), pl.ds(t * 64, 64)])
+                store_valid_rows(q_smem, q_ref, e, m0, t * 64, rows, bm, 64)
 
                 @pl.when(half == 1)
                 def _():
-                    plgpu.copy_smem_to_gmem(
-                        s_smem, s_ref.at[e, pl.ds(m0, bm), pl.ds((t - 1) * 8, 16)])
+                    store_valid_rows(s_smem, s_ref, e, m0, (t - 1) * 8, rows, bm, 16)
 
                 plgpu.wait_smem_to_gmem(0)
                 return carry
 
-            lax.fori_loop(0, steps, step, 0)
+            lax.fori_loop(0, k // K_STEP, step, 0)
 
     call = plgpu.kernel(
         body,
@@ -115,7 +118,7 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
                   jax.ShapeDtypeStruct((experts, m, k // 16), jnp.uint8)),
         grid=(experts, m // bm), grid_names=("experts", "m_blocks"),
         scratch_types=dict(x_smem=swizzled((bm, 64), jnp.uint32, 128),
-                           q_smem=swizzled((bm, 64), jnp.uint8, 64),
+                           q_smem=plgpu.SMEM((bm, 64), jnp.uint8),
                            s_smem=plgpu.SMEM((bm, 16), jnp.uint8),
                            barrier=plgpu.Barrier(num_arrivals=1)),
         interpret=interpret)
