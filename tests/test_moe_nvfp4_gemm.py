@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import mgpu_gemm, mgpu_mainloop, moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import layouts, mgpu_gemm, mgpu_mainloop, moe_f64, nvfp4, problems
 
 CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3),
            mgpu_gemm.TuningConfig(64, 128, 1, persistent_ctas=3)]
@@ -32,7 +32,7 @@ def interpreter():
 
 
 def run(interp, problem, config, a, b, alpha, masked):
-    b_t, sb_t = nvfp4.k_pair_major(b[0], b[1])
+    b_t, sb_t = layouts.k_pair_major(b[0], b[1])
     out = mgpu_gemm.make(problem, config, interpret=interp)(a[0], a[1], b_t, sb_t, alpha, masked)
     assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
     return np.asarray(out).astype(np.float64)

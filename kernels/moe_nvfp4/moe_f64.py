@@ -30,7 +30,29 @@ def valid_rows(masked_m, m: int) -> np.ndarray:
 def silu_mul(h: np.ndarray) -> np.ndarray:
     """SiLU of the first half of the last axis times the second half (float64)."""
     gate, up = np.split(np.asarray(h, np.float64), 2, axis=-1)
-    return gate / (1.0 + np.exp(-gate)) * up
+    with np.errstate(over="ignore"):  # exp(-gate) = inf for gate << 0: SiLU -> -0
+        return gate / (1.0 + np.exp(-gate)) * up
+
+
+def f32_gemm_error(a_packed, a_scales, b_packed, b_scales, alpha) -> np.ndarray:
+    """A bound on |f32 kernel - float64| of ``masked_gemm`` before any output rounding:
+    K f32 additions (each within 2**-24 of the running sum, bounded by the sum of
+    |products|) and the alpha product (2**-24 relative), doubled for margin."""
+    a = np.abs(nvfp4.dequantize(a_packed, a_scales))
+    b = np.abs(nvfp4.dequantize(b_packed, b_scales))
+    magnitude = np.einsum("emk,enk->emn", a, b) * np.abs(alpha)[:, None, None]
+    return 2 * (a.shape[-1] + 1) * 2.0**-24 * magnitude
+
+
+def silu_mul_error(h: np.ndarray, h_error: np.ndarray) -> np.ndarray:
+    """A bound on SiLU(gate)·up's error given h's error bound: |SiLU'| <= 1.1, and
+    2**-20 relative for the float32 exp, division and products."""
+    gate, up = np.split(np.asarray(h, np.float64), 2, axis=-1)
+    gate_error, up_error = np.split(h_error, 2, axis=-1)
+    with np.errstate(over="ignore"):
+        silu = np.abs(gate / (1.0 + np.exp(-gate)))
+    return (1.1 * gate_error * (np.abs(up) + up_error) + silu * up_error
+            + 2.0**-20 * silu * np.abs(up))
 
 
 def sum_is_exact_in_f32(a_packed, a_scales, b_packed, b_scales) -> bool:

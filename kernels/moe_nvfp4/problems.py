@@ -9,8 +9,10 @@ from kernels.moe_nvfp4 import nvfp4
 
 def global_scale(x: np.ndarray) -> np.ndarray:
     """The reference's per-expert float32 global scale 448 * 6 / amax."""
-    amax = np.abs(x).reshape(x.shape[0], -1).max(-1)
-    return (np.float32(nvfp4.E4M3_MAX * nvfp4.E2M1_MAX) / amax.astype(np.float32))
+    amax = np.abs(np.nan_to_num(x)).reshape(x.shape[0], -1).max(-1).astype(np.float32)
+    safe = np.where(amax > 0, amax, np.float32(1))  # an expert with nothing to scale: 1
+    return np.where(amax > 0, np.float32(nvfp4.E4M3_MAX * nvfp4.E2M1_MAX) / safe,
+                    np.float32(1)).astype(np.float32)
 
 
 def activations(rng: np.random.Generator, e: int, m: int, k: int) -> np.ndarray:
