@@ -34,14 +34,12 @@ def silu_mul(h: np.ndarray) -> np.ndarray:
         return gate / (1.0 + np.exp(-gate)) * up
 
 
-def f32_gemm_error(a_packed, a_scales, b_packed, b_scales, alpha) -> np.ndarray:
-    """A bound on |f32 kernel - float64| of ``masked_gemm`` before any output rounding:
-    K f32 additions (each within 2**-24 of the running sum, bounded by the sum of
-    |products|) and the alpha product (2**-24 relative), doubled for margin."""
-    a = np.abs(nvfp4.dequantize(a_packed, a_scales))
-    b = np.abs(nvfp4.dequantize(b_packed, b_scales))
-    magnitude = np.einsum("emk,enk->emn", a, b) * np.abs(alpha)[:, None, None]
-    return 2 * (a.shape[-1] + 1) * 2.0**-24 * magnitude
+def f32_gemm_error(a_abs: np.ndarray, b_abs: np.ndarray) -> np.ndarray:
+    """A bound on |f32 kernel - float64| of a GEMM of |A| [E, M, K] and |B| [E, N, K]
+    (dequantized, alpha folded in) before any output rounding: K f32 additions, each
+    within 2**-24 of a running sum bounded by the sum of |products|, and the alpha
+    product (2**-24 relative), doubled for margin."""
+    return 2 * (a_abs.shape[-1] + 1) * 2.0**-24 * np.einsum("emk,enk->emn", a_abs, b_abs)
 
 
 def silu_mul_error(h: np.ndarray, h_error: np.ndarray) -> np.ndarray:

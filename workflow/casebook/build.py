@@ -36,7 +36,8 @@ def run(case_dir: str, case: str, variant: str, target: str, out: str) -> dict[s
     record = records.write(out, "build", {
         "target": target, "case": case, "variant": variant,
         "sources_sha256": provenance.case_sources_sha256(case, path),
-        "reference_source": {"file": reference, "sha256": provenance.file_sha256(reference)},
+        "reference_source": {"file": reference,
+                             "sha256": reference and provenance.file_sha256(reference)},
         "points": points,
         "ok": all(p["ok"] for p in points),
     })

@@ -1,0 +1,124 @@
+"""Case 01, the masked NVFP4 MoE: the surface the pipeline calls (see casebook.cases).
+
+Variants (``variants.VARIANTS``) run single stages or the whole path as Pallas Mosaic
+GPU kernels for Hopper, in the Mosaic GPU interpreter on a CPU host, and are lowered
+for sm_90a. The oracle answers every stage by name (``oracle``): a1 and a2 (NVFP4 codes
+and scales, checked tie-aware), h (GEMM1), out (GEMM2), out_dense (the bf16 baselines').
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernels import mgpu_interpret, mgpu_lowering
+from kernels.moe_nvfp4 import baselines, inputs, nvfp4
+from kernels.moe_nvfp4 import compare as checks
+from kernels.moe_nvfp4 import oracle as planes
+from kernels.moe_nvfp4 import variants as port
+from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
+from kernels.runnable import Runnable, from_jax
+
+REFERENCE = ("flashinfer", "gemm/kernels/grouped_gemm_masked_blackwell.py")
+MULTIPLES = {"m": 128, "hidden": 256, "inter": 256}  # every variant's tiles divide these
+
+
+def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return inputs.make(params, rng)
+
+
+def oracle(params: dict[str, Any], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every stage's float64 answer and bound, by output name (see ``oracle``)."""
+    return planes.oracle(given)
+
+
+def compare(params: dict[str, Any], output: str, got: np.ndarray, want: np.ndarray,
+            tolerance: dict[str, Any]) -> dict[str, Any]:
+    return checks.compare(output, got, want, tolerance)
+
+
+def check_params(params: dict[str, Any]) -> str | None:
+    for key, multiple in MULTIPLES.items():
+        if params[key] % multiple:
+            return f"{key}={params[key]} is not a multiple of {multiple}"
+    return None
+
+
+def _variant(name: str) -> port.Variant:
+    if name not in port.VARIANTS:
+        raise ValueError(f"unknown moe_nvfp4 variant {name!r}; known: {sorted(port.VARIANTS)}")
+    return port.VARIANTS[name]
+
+
+def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Lower every kernel of the variant for sm_90a: grid, block, shared memory."""
+    e, m, k, n = inputs.sizes(params)
+    artifacts = []
+    for stage, (fn, config, shapes) in port.kernels(_variant(variant), e, m, k, n).items():
+        lowered = mgpu_lowering.lower_for_cuda(fn, shapes)
+        (launch,) = lowered["launches"]
+        artifacts.append({
+            "target": "cuda sm_90a",
+            "kind": f"Pallas Mosaic GPU kernel: {stage} (lowered on CPU, not run)",
+            "seconds": lowered["seconds"],
+            "facts": {**launch, "smem_limit_bytes": SMEM_LIMIT_BYTES, "config": repr(config)}})
+    return {"artifacts": artifacts}
+
+
+def _codes_planes(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Packed codes and scale bytes -> [2, E, M, K]: code values, scale per element."""
+    values = nvfp4.e2m1_value(nvfp4.unpack(packed))
+    per_element = np.repeat(nvfp4.e4m3_value(scales), nvfp4.BLOCK, axis=-1)
+    return np.stack([values, per_element])
+
+
+def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
+    import jax
+
+    host = jax.device_get(raw)
+    return {name: (_codes_planes(*map(np.asarray, value)) if name in checks.CODE_OUTPUTS
+                   else np.asarray(value, np.float64))
+            for name, value in host.items()}
+
+
+def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+    """The variant in the Mosaic GPU interpreter: ``check`` with race detection."""
+    e, m, k, n = inputs.sizes(params)
+    races = purpose == "check"
+    fn = port.function(_variant(variant), e, m, k, n,
+                       interpret=mgpu_interpret.interpret_params(race_detection=races))
+    runnable = from_jax(fn, port.INPUTS, {
+        "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised memory = "
+                "NaN" + (", race detection on)" if races else ")"),
+        "interpret": True, "poisoned": True, "race_detection": races})
+    return runnable._replace(fetch=_fetch)
+
+
+def baseline(name: str, params: dict[str, Any]) -> Runnable:
+    if name not in baselines.BASELINES:
+        raise ValueError(f"unknown moe_nvfp4 baseline {name!r}; known: "
+                         f"{sorted(baselines.BASELINES)}")
+    return from_jax(baselines.BASELINES[name](), baselines.INPUTS,
+                    {"mode": "XLA", "interpret": False, "poisoned": False,
+                     "race_detection": False})
+
+
+def races_found() -> bool:
+    return mgpu_interpret.races_found()
+
+
+def reset() -> None:
+    mgpu_interpret.reset_interpreter()
+
+
+def reference_file() -> str | None:
+    """FlashInfer's kernel source where FlashInfer is installed (found, not imported:
+    importing it needs torch and a GPU); None on a host without it."""
+    spec = importlib.util.find_spec(REFERENCE[0])
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / REFERENCE[1]
+    return str(path) if path.exists() else None

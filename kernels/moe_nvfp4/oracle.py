@@ -1,0 +1,112 @@
+"""The case's oracle: every stage's float64 answer with the bound each kernel must meet.
+
+Each output is a stack of planes, NaN on rows past masked_m (never computed):
+- codes ("a1", "a2"): [x·gs, block_amax·gs/6, slack of x·gs, slack of the scale], what
+  ``compare.codes`` needs for a tie-aware check of a kernel's codes and scales;
+- values ("h", "out", "out_dense"): [value, bound], the bound beyond the output's own
+  bf16 rounding (the tolerance's rtol): f32 accumulation, and every code of an earlier
+  stage that may differ from the model's at a rounding tie, propagated (a flagged
+  element may move by 2·sf/gs, its e2m1 step of at most 2 units at the larger scale).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.moe_nvfp4 import moe_f64, nvfp4
+
+BF16_HALF_ULP = 2.0**-8
+
+
+def _blocks(x):
+    return x.reshape(*x.shape[:-1], -1, nvfp4.BLOCK)
+
+
+def code_planes(x, gs, valid, x_slack) -> np.ndarray:
+    """[4, E, M, K] planes of a quantization of x with global scales gs."""
+    gs_k = np.asarray(gs, np.float64)[:, None, None]
+    scale = np.repeat(nvfp4.block_scale(x, gs), nvfp4.BLOCK, axis=-1)
+    scale_slack = np.repeat(_blocks(x_slack).max(-1), nvfp4.BLOCK, axis=-1) * gs_k / 6
+    planes = np.stack([np.asarray(x, np.float64) * gs_k, scale, x_slack * gs_k, scale_slack])
+    return np.where(valid[None, :, :, None], planes, np.nan)
+
+
+def flip_bound(x, gs, x_slack) -> np.ndarray:
+    """Per element, how far (in x's units) a kernel's dequantized value may sit from the
+    model's: 0 unless a code or its block's scale may differ at a tie, else 2·sf_hi/gs."""
+    gs = np.asarray(gs, np.float64)
+    window = nvfp4.TIE_WINDOW
+    exact = nvfp4.block_scale(x, gs)
+    slack = nvfp4.block_scale(x_slack, gs) + exact * window
+    sf_low = nvfp4.round_e4m3(np.maximum(exact - slack, 0))
+    sf_high = nvfp4.round_e4m3(exact + slack)
+    y = nvfp4.scaled_value(x, gs, nvfp4.round_e4m3(exact))
+    y_slack = np.abs(nvfp4.scaled_value(x_slack, gs, nvfp4.round_e4m3(exact))) + np.abs(y) * window
+    code_flag = nvfp4.e2m1_code(y - y_slack) != nvfp4.e2m1_code(y + y_slack)
+    flag = code_flag | np.repeat(sf_low != sf_high, nvfp4.BLOCK, axis=-1)
+    return np.where(flag, 2 * np.repeat(sf_high, nvfp4.BLOCK, axis=-1)
+                    / gs[:, None, None], 0.0)
+
+
+def gemm_bound(a_abs, a_flip, b_abs) -> np.ndarray:
+    """f32 accumulation of A·Bᵀ with A possibly off by ``a_flip`` per element."""
+    return (moe_f64.f32_gemm_error(a_abs + a_flip, b_abs)
+            + np.einsum("emk,enk->emn", a_flip, b_abs))
+
+
+def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every stage's planes for one problem (see the module docstring)."""
+    hidden, masked = inputs["hidden"], inputs["masked_m"]
+    valid = moe_f64.valid_rows(masked, hidden.shape[1])
+    rows = valid[..., None]
+    w1 = nvfp4.dequantize(inputs["w1_packed"], inputs["w1_scales"], inputs["w1_gs"])
+    w2 = nvfp4.dequantize(inputs["w2_packed"], inputs["w2_scales"], inputs["w2_gs"])
+    zeros = np.zeros_like(hidden, np.float64)
+
+    a1_packed, a1_scales = nvfp4.quantize(hidden, inputs["a1_gs"])
+    a1 = nvfp4.dequantize(a1_packed, a1_scales, inputs["a1_gs"])
+    a1_flip = np.where(rows, flip_bound(hidden, inputs["a1_gs"], zeros), 0.0)
+    h = np.where(rows, np.einsum("emk,enk->emn", a1, w1), np.nan)
+    h_error = gemm_bound(np.abs(a1), a1_flip, np.abs(w1))
+
+    act = np.nan_to_num(moe_f64.silu_mul(h))
+    h_safe = np.nan_to_num(h)
+    act_error = moe_f64.silu_mul_error(h_safe, h_error)
+    # The unfused path rounds h and act to bf16 on the way: the bound covers both paths.
+    act_error_any = (moe_f64.silu_mul_error(h_safe, h_error + BF16_HALF_ULP
+                                            * (np.abs(h_safe) + h_error))
+                     + BF16_HALF_ULP * (np.abs(act) + act_error))
+    a2_packed, a2_scales = nvfp4.quantize(act, inputs["a2_gs"])
+    a2 = nvfp4.dequantize(a2_packed, a2_scales, inputs["a2_gs"])
+    a2_flip = np.where(rows, flip_bound(act, inputs["a2_gs"], act_error_any), 0.0)
+    out = np.where(rows, np.einsum("emn,ekn->emk", a2, w2), np.nan)
+
+    dense_h = np.einsum("emk,enk->emn", hidden, w1)
+    dense_act = moe_f64.silu_mul(dense_h)
+    return {
+        "a1": code_planes(hidden, inputs["a1_gs"], valid, zeros),
+        # A bf16 output rounds the f32 result: the bound grows by its own rounding.
+        "h": np.stack([h, h_error * (1 + BF16_HALF_ULP)]),
+        "a2": code_planes(act, inputs["a2_gs"], valid, act_error),
+        "out": np.stack([out, gemm_bound(np.abs(a2), a2_flip, np.abs(w2))
+                          * (1 + BF16_HALF_ULP)]),
+        "out_dense": np.stack([np.where(rows, np.einsum("emn,ekn->emk", dense_act, w2),
+                                        np.nan),
+                               dense_bound(hidden, w1, w2, dense_h)]),
+    }
+
+
+def dense_bound(hidden, w1, w2, h) -> np.ndarray:
+    """The bf16 dense path (weights rounded to bf16, h and act materialised in bf16, f32
+    accumulation): each rounding 2**-8 relative, propagated through both GEMMs."""
+    rel = BF16_HALF_ULP
+    terms1 = np.einsum("emk,enk->emn", np.abs(hidden), np.abs(w1))
+    h_error = rel * terms1 + moe_f64.f32_gemm_error(np.abs(hidden), np.abs(w1))
+    h_error += rel * (np.abs(h) + h_error)  # h stored as bf16
+    act = moe_f64.silu_mul(h)
+    act_error = moe_f64.silu_mul_error(h, h_error)
+    act_error += rel * (np.abs(act) + act_error)  # act stored as bf16
+    act_abs = np.abs(act) + act_error
+    return (np.einsum("emn,ekn->emk", act_error, np.abs(w2))
+            + rel * np.einsum("emn,ekn->emk", act_abs, np.abs(w2))
+            + moe_f64.f32_gemm_error(act_abs, np.abs(w2)))

@@ -1,0 +1,156 @@
+"""The port's variants: structural choices from the reference's design space, each a
+frozen configuration that checks itself, and the JAX function it runs on the case's
+inputs (returning the named outputs it computes).
+
+Axes: tile shape (64×64, 128×128, 64×128), TMA pipelining depth (2–4 stages),
+scheduling (one tile per CTA vs persistent CTAs walking the tile list, as the
+reference's persistent kernel), and fused vs unfused stages (GEMM1 + SiLU·mul +
+requantize in one kernel, or GEMM1 writing h in bf16, SiLU·mul in XLA and the quantize
+kernel). Scale placement is fixed: A's scales row-major, B's K-major (prepacked), the
+reference's 128x4 layout produced from them by an XLA relayout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from kernels.moe_nvfp4 import mgpu_fused, mgpu_gemm, mgpu_quantize
+
+H100_SMS = 132  # persistent CTAs: one per SM of an H100 SXM (the reference's sm_count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """Which kernels run, with which configuration; None: the stage is not run."""
+
+    description: str
+    quantize: mgpu_quantize.QuantizeConfig | None = None
+    gemm1: mgpu_gemm.TuningConfig | None = None
+    fused: mgpu_fused.FusedConfig | None = None
+    gemm2: mgpu_gemm.TuningConfig | None = None
+
+    def __post_init__(self):
+        stages = [self.quantize, self.gemm1 or self.fused, self.gemm2]
+        if self.gemm1 and self.fused:
+            raise ValueError("GEMM1 runs either unfused (gemm1) or fused, not both")
+        ran = [i for i, s in enumerate(stages) if s is not None]
+        if not ran or ran != list(range(ran[0], ran[-1] + 1)):
+            raise ValueError(f"the stages run must be contiguous, got {self}")
+        if self.gemm1 and self.gemm2 and self.quantize is None:
+            raise ValueError("an unfused GEMM1 -> GEMM2 chain needs the quantize kernel")
+
+    def outputs(self) -> tuple[str, ...]:
+        found = ["a1"] if self.quantize else []
+        if self.gemm1:
+            found.append("h")
+        if self.fused:
+            found.append("a2")
+        if self.gemm2:
+            found.append("out")
+        return tuple(found)
+
+
+def _t(m, n, s, ctas=0):
+    return mgpu_gemm.TuningConfig(m, n, s, persistent_ctas=ctas)
+
+
+VARIANTS = {
+    "quantize": Variant("Stage 1 alone: the grouped NVFP4 quantize kernel.",
+                        quantize=mgpu_quantize.QuantizeConfig(64)),
+    "gemm1_m64n64s2": Variant("Stage 2 alone: masked grouped GEMM, 64×64 tiles, 2-stage "
+                              "TMA ring, one tile per CTA.", gemm1=_t(64, 64, 2)),
+    "gemm1_m128n128s3": Variant("Stage 2 alone: 128×128 tiles, 3 stages.",
+                                gemm1=_t(128, 128, 3)),
+    "gemm1_m64n128s4": Variant("Stage 2 alone: 64×128 tiles, 4 stages (deepest ring).",
+                               gemm1=_t(64, 128, 4)),
+    "gemm1_persistent": Variant(f"Stage 2 alone: 128×128 tiles, 2 stages, persistent: "
+                                f"{H100_SMS} CTAs (at most one per tile) walk the tiles.",
+                                gemm1=_t(128, 128, 2, H100_SMS)),
+    "fused": Variant("Stages 2–3 in one kernel: GEMM1 + SiLU·mul + NVFP4 requantize, the "
+                     "[E, M, 2N] intermediate only in registers.",
+                     fused=mgpu_fused.FusedConfig(64, 2)),
+    "gemm2_m128n128s3": Variant("Stage 4 alone: GEMM2 on the requantized act, 128×128, 3 "
+                                "stages.", gemm2=_t(128, 128, 3)),
+    "moe_fused": Variant("The whole path, fused: quantize -> fused GEMM1+SiLU·mul+"
+                         "requantize -> GEMM2.", quantize=mgpu_quantize.QuantizeConfig(64),
+                         fused=mgpu_fused.FusedConfig(64, 2), gemm2=_t(128, 128, 3)),
+    "moe_unfused": Variant("The whole path, unfused: quantize -> GEMM1 (h in bf16 in "
+                           "memory) -> SiLU·mul in XLA -> quantize -> GEMM2.",
+                           quantize=mgpu_quantize.QuantizeConfig(64),
+                           gemm1=_t(128, 128, 3), gemm2=_t(128, 128, 3)),
+}
+
+
+def _gemm_problem(e, m, n, k, config):
+    if config.persistent_ctas:  # no more CTAs than tiles
+        tiles = e * (m // config.block_m) * (n // config.block_n)
+        config = dataclasses.replace(config, persistent_ctas=min(config.persistent_ctas, tiles))
+    return mgpu_gemm.Problem(e, m, n, k), config
+
+
+def _quantize_shapes(e, m, k):
+    return (jax.ShapeDtypeStruct((e, m, k), jnp.bfloat16),
+            jax.ShapeDtypeStruct((e,), jnp.float32), jax.ShapeDtypeStruct((e,), jnp.int32))
+
+
+def kernels(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = None
+            ) -> dict[str, tuple[Any, Any, tuple]]:
+    """Each kernel of the variant for hidden k, inter n: (function, its configuration,
+    its argument shapes)."""
+    made: dict[str, tuple[Any, Any, tuple]] = {}
+    if variant.quantize:
+        made["quantize"] = (mgpu_quantize.make(e, m, k, variant.quantize, interpret),
+                            variant.quantize, _quantize_shapes(e, m, k))
+        if variant.gemm1 and variant.gemm2:
+            made["requantize"] = (mgpu_quantize.make(e, m, n, variant.quantize, interpret),
+                                  variant.quantize, _quantize_shapes(e, m, n))
+    if variant.gemm1:
+        problem, config = _gemm_problem(e, m, 2 * n, k, variant.gemm1)
+        made["gemm1"] = (mgpu_gemm.make(problem, config, interpret), config,
+                         mgpu_gemm.arg_shapes(problem))
+    if variant.fused:
+        made["fused"] = (mgpu_fused.make(e, m, n, k, variant.fused, interpret), variant.fused,
+                         mgpu_fused.arg_shapes(e, m, n, k))
+    if variant.gemm2:
+        problem, config = _gemm_problem(e, m, k, n, variant.gemm2)
+        made["gemm2"] = (mgpu_gemm.make(problem, config, interpret), config,
+                         mgpu_gemm.arg_shapes(problem))
+    return made
+
+
+INPUTS = ("hidden_bf16", "masked_m", "a1_gs", "a2_gs", "alpha1", "alpha2", "a1_packed",
+          "a1_scales", "a2_packed", "a2_scales", "w1_t", "w1_t_scales", "w1_f",
+          "w1_f_scales", "w2_t", "w2_t_scales")
+
+
+def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = None):
+    """``f(*INPUTS) -> {output: raw kernel output}`` (codes stay packed bytes here)."""
+    run = {stage: fn for stage, (fn, _, _) in kernels(variant, e, m, k, n, interpret).items()}
+
+    def path(hidden, masked, a1_gs, a2_gs, alpha1, alpha2, a1_packed, a1_scales,
+             a2_packed, a2_scales, w1_t, w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales):
+        found = {}
+        if variant.quantize:
+            a1_packed, a1_scales = run["quantize"](hidden, a1_gs, masked)
+            found["a1"] = (a1_packed, a1_scales)
+        if variant.gemm1:
+            h = run["gemm1"](a1_packed, a1_scales, w1_t, w1_t_scales, alpha1, masked)
+            found["h"] = h
+            if variant.gemm2:  # SiLU·mul in XLA on bf16 h, then the quantize kernel
+                gate, up = jnp.split(h.astype(jnp.float32), 2, axis=-1)
+                act = (jax.nn.silu(gate) * up).astype(jnp.bfloat16)
+                a2_packed, a2_scales = run["requantize"](act, a2_gs, masked)
+        if variant.fused:
+            a2_packed, a2_scales = run["fused"](a1_packed, a1_scales, w1_f, w1_f_scales,
+                                                alpha1, a2_gs, masked)
+            found["a2"] = (a2_packed, a2_scales)
+        if variant.gemm2:
+            found["out"] = run["gemm2"](a2_packed, a2_scales, w2_t, w2_t_scales, alpha2,
+                                        masked)
+        return found
+
+    return path
