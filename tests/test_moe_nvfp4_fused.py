@@ -54,10 +54,17 @@ def moe_problem(rng, e, m, n, k):
                 alpha1=alpha1, h=h, a2_gs=a2_gs, alpha2=alpha2)
 
 
+def gemm_error(a_packed, a_scales, b_packed, b_scales, alpha):
+    """The model's f32 accumulation bound of a masked GEMM with per-expert alpha."""
+    a, b = (np.abs(nvfp4.dequantize(x, s)) for x, s in ((a_packed, a_scales),
+                                                         (b_packed, b_scales)))
+    return moe_f64.f32_gemm_error(a, b) * np.abs(alpha)[:, None, None]
+
+
 def check_stage3(p, a2_packed, a2_scales):
     """Tie-aware check of the requantized act on valid rows; unwritten rows poisoned."""
     valid = moe_f64.valid_rows(p["masked"], a2_packed.shape[1])
-    h_error = moe_f64.f32_gemm_error(*p["a1"], p["w1"][0], p["w1"][1], p["alpha1"])
+    h_error = gemm_error(*p["a1"], p["w1"][0], p["w1"][1], p["alpha1"])
     act = np.nan_to_num(moe_f64.silu_mul(p["h"]))
     act_error = moe_f64.silu_mul_error(np.nan_to_num(p["h"]), h_error)
     for expert in np.nonzero(p["masked"])[0]:
@@ -109,7 +116,7 @@ def test_whole_path_matches_float64_to_bf16_precision(rng, interpreter):
     out = np.asarray(out).astype(np.float64)
     want = moe_f64.masked_gemm(*a2, p["w2"][0], p["w2"][1], p["alpha2"], p["masked"])
     bound = (2.0**-8 * np.abs(want)
-             + moe_f64.f32_gemm_error(*a2, p["w2"][0], p["w2"][1], p["alpha2"]))
+             + gemm_error(*a2, p["w2"][0], p["w2"][1], p["alpha2"]))
     assert np.isnan(out[~valid]).all(), "a row past masked_m was written"
     assert np.all(np.abs(out - want)[valid] <= bound[valid])
 

@@ -15,9 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import baselines, inputs, nvfp4
-from kernels.moe_nvfp4 import compare as checks
-from kernels.moe_nvfp4 import oracle as planes
+from kernels.moe_nvfp4 import baselines, checks, inputs, nvfp4, oracle_planes
 from kernels.moe_nvfp4 import variants as port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import Runnable, from_jax
@@ -32,7 +30,7 @@ def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, n
 
 def oracle(params: dict[str, Any], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every stage's float64 answer and bound, by output name (see ``oracle``)."""
-    return planes.oracle(given)
+    return oracle_planes.oracle(given)
 
 
 def compare(params: dict[str, Any], output: str, got: np.ndarray, want: np.ndarray,

@@ -49,8 +49,9 @@ class Variant:
             found.append("h")
         if self.fused:
             found.append("a2")
-        if self.gemm2:
-            found.append("out")
+        if self.gemm2:  # GEMM2 alone reads the model's a2; a whole path its own
+            found.append("out" if not self.quantize else
+                         "out_unfused" if self.gemm1 else "out_fused")
         return tuple(found)
 
 
@@ -149,8 +150,8 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
                                                 alpha1, a2_gs, masked)
             found["a2"] = (a2_packed, a2_scales)
         if variant.gemm2:
-            found["out"] = run["gemm2"](a2_packed, a2_scales, w2_t, w2_t_scales, alpha2,
-                                        masked)
+            found[variant.outputs()[-1]] = run["gemm2"](a2_packed, a2_scales, w2_t,
+                                                        w2_t_scales, alpha2, masked)
         return found
 
     return path

@@ -1,4 +1,4 @@
-"""The case's own checks of its outputs against the oracle's planes (``oracle``).
+"""The case's own checks of its outputs against the oracle's planes (``oracle_planes``).
 
 Rows the oracle marks NaN (past masked_m) are not compared: the kernels never write
 them (the interpreter's poison there is checked by the tests).

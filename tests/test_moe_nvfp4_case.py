@@ -1,0 +1,99 @@
+"""Case 01 plug-in: variants, oracle planes, the case's compare, baselines, build."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from casebook import cases, config, paths, verify
+from kernels.moe_nvfp4 import mgpu_quantize, nvfp4, variants
+
+moe = cases.load("moe_nvfp4")
+SPEC = config.load_case(paths.SOURCE_ROOT / "configs/cases", "moe_nvfp4")
+POINT = SPEC["points"][0]["params"]
+
+
+def tolerance(output):
+    return config.tolerance(SPEC, "nvfp4", output, "moe_nvfp4.yaml")
+
+
+def check(params, runnable, inputs):
+    got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
+    return got, verify.check_outputs(params, got, moe.oracle(params, inputs), tolerance,
+                                     moe.compare)
+
+
+def test_the_config_lists_every_variant_and_the_tie_window_it_states():
+    assert sorted(variants.VARIANTS) == sorted(v["name"] for v in SPEC["variants"])
+    assert SPEC["tolerances"]["nvfp4"]["a1"]["rtol"] == nvfp4.TIE_WINDOW
+
+
+@pytest.mark.parametrize(("stages", "why"), [
+    ({"gemm1": variants._t(64, 64, 2), "fused": variants.mgpu_fused.FusedConfig()},
+     "either unfused"),
+    ({"quantize": mgpu_quantize.QuantizeConfig(), "gemm2": variants._t(64, 64, 2)},
+     "contiguous"),
+    ({"gemm1": variants._t(64, 64, 2), "gemm2": variants._t(64, 64, 2)}, "quantize kernel"),
+])
+def test_a_variant_that_does_not_chain_is_rejected(stages, why):
+    with pytest.raises(ValueError, match=why):
+        variants.Variant("bad", **stages)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["dense_bf16", "ragged_dot"])
+def test_baselines_answer_the_dense_oracle(rng, name):
+    inputs = moe.make_inputs(POINT, rng)
+    got, result = check(POINT, moe.baseline(name, POINT), inputs)
+    assert set(got) == {"out_dense"}
+    assert result["passed"], result
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("purpose", ["check", "time"])
+def test_the_whole_fused_path_runs_through_the_plugin(rng, purpose):
+    inputs = moe.make_inputs(POINT, rng)
+    moe.reset()
+    runnable = moe.kernel("moe_fused", POINT, purpose)
+    assert runnable.execution["interpret"] and runnable.execution["poisoned"]
+    assert runnable.execution["race_detection"] == (purpose == "check")
+    got, result = check(POINT, runnable, inputs)
+    assert set(got) == {"a1", "a2", "out_fused"}
+    assert result["passed"], result
+    assert not moe.races_found()
+
+
+@pytest.mark.timeout(300)
+def test_the_checks_fail_a_wrong_code_and_a_wrong_value(rng):
+    inputs = moe.make_inputs(POINT, rng)
+    want = moe.oracle(POINT, inputs)
+    row = 0 if inputs["masked_m"][0] else 1  # an expert with rows
+    codes = nvfp4.unpack(inputs["a1_packed"])
+    codes[row, 0, 0] = (codes[row, 0, 0] + 3) % 8  # a code three steps away
+    planes = np.stack([nvfp4.e2m1_value(codes), np.repeat(
+        nvfp4.e4m3_value(inputs["a1_scales"]), nvfp4.BLOCK, axis=-1)])
+    assert not moe.compare(POINT, "a1", planes, want["a1"], tolerance("a1"))["passed"]
+    planes[0] = nvfp4.e2m1_value(nvfp4.unpack(inputs["a1_packed"]))
+    assert moe.compare(POINT, "a1", planes, want["a1"], tolerance("a1"))["passed"]
+    out = np.nan_to_num(want["out"][0]).copy()
+    assert moe.compare(POINT, "out", out, want["out"], tolerance("out"))["passed"]
+    out[row, 0, 0] += 0.02 * np.abs(out[row]).max()
+    assert not moe.compare(POINT, "out", out, want["out"], tolerance("out"))["passed"]
+    out[row, 0, 0] = np.nan
+    assert not moe.compare(POINT, "out", out, want["out"], tolerance("out"))["passed"]
+
+
+@pytest.mark.timeout(120)
+def test_build_lowers_every_kernel_of_a_variant_with_its_shared_memory():
+    built = moe.build("moe_unfused", POINT)
+    kinds = [a["kind"].split(": ")[1].split(" ")[0] for a in built["artifacts"]]
+    assert kinds == ["quantize", "requantize", "gemm1", "gemm2"]
+    for artifact in built["artifacts"]:
+        facts = artifact["facts"]
+        assert 0 < facts["dynamic_smem_bytes"] <= facts["smem_limit_bytes"]
+        assert facts["block"] == [128, 1, 1]
+
+
+def test_the_reference_is_absent_here_and_said_so():
+    # FlashInfer needs torch and a GPU: not in this environment, so nothing is hashed.
+    assert moe.reference_file() is None
