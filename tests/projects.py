@@ -31,8 +31,21 @@ def tiny_case(tolerance_scale: float = 1.0) -> dict:
     return case
 
 
-def make_project(root: Path, case: dict) -> Path:
-    """A copy of the sources plus a tiny config; returns the project folder."""
+def tiny_moe_case() -> dict:
+    """Case 01 cut to its first point, its smallest build-only point, the whole fused
+    path and one GEMM variant, with both baselines."""
+    case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/moe_nvfp4.yaml").read_text())
+    case["points"] = case["points"][:1]
+    case["build_only_points"] = case["build_only_points"][-1:]
+    case["variants"] = [v for v in case["variants"]
+                        if v["name"] in ("moe_fused", "gemm1_m128n128s3")]
+    case["verify"]["trials"] = 1
+    return case
+
+
+def make_project(root: Path, case: dict, *more: dict) -> Path:
+    """A copy of the sources plus a tiny config of the given cases; returns the project
+    folder."""
     project = root / "project"
     project.mkdir()
     for name in SOURCES:
@@ -42,10 +55,11 @@ def make_project(root: Path, case: dict) -> Path:
                                      if src.is_dir() else {}))
     case_dir = root / "cases"
     case_dir.mkdir()
-    (case_dir / "splash_attention.yaml").write_text(yaml.safe_dump(case))
+    for one in (case, *more):
+        (case_dir / f"{one['name']}.yaml").write_text(yaml.safe_dump(one))
     (root / "tiny.yaml").write_text(yaml.safe_dump({
-        "cases": ["splash_attention"], "case_dir": str(case_dir), "target": "cpu",
-        "measurement": MEASUREMENT}))
+        "cases": [one["name"] for one in (case, *more)], "case_dir": str(case_dir),
+        "target": "cpu", "measurement": MEASUREMENT}))
     return project
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from casebook import conditions, fmt
-from tests.projects import make_project, snakemake, tiny_case
+from tests.projects import make_project, snakemake, tiny_case, tiny_moe_case
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -64,7 +64,7 @@ def edited(path: Path, text: str):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    project = make_project(tmp_path_factory.mktemp("e2e"), tiny_case())
+    project = make_project(tmp_path_factory.mktemp("e2e"), tiny_case(), tiny_moe_case())
     done = snakemake(project)
     assert done.returncode == 0, done.stderr[-4000:]
     return project
@@ -87,6 +87,24 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert "lowered for cuda sm_90a" in index.read_text()
     assert "not GPU time" in (project / "results/figures/splash_attention/cpu/timing.svg"
                               ).read_text()
+
+
+def test_the_moe_case_publishes_its_stages_verified_lowered_and_labelled(project):
+    page = (project / "site/public/moe_nvfp4.html").read_text()
+    assert len(figures_of(project / "site/public/moe_nvfp4.html")) == 3
+    results = project / "results/cpu/moe_nvfp4"
+    for path in (results / "verify").rglob("*.json"):
+        record = json.loads(path.read_text())
+        assert record["passed"] and record["ran"] and not record["races_found"], path
+        outputs = record["checks"][0]["outputs"]
+        assert set(outputs) <= {"a1", "a2", "h", "out_fused"}, outputs
+    build = json.loads((results / "build/moe_fused.json").read_text())
+    assert [p["point"] for p in build["points"]] == ["e2_m128_h256_i256", "g4_m256"]
+    kinds = [a["kind"] for a in build["points"][1]["artifacts"]]
+    assert [k.split(": ")[1].split(" ")[0] for k in kinds] == ["quantize", "fused", "gemm2"]
+    assert build["reference_source"] == {"file": None, "sha256": None}
+    assert "not installed on this host" in page
+    assert "CPU interpret-mode time or CPU XLA time, not GPU time" in page
 
 
 def test_every_measured_figure_shows_how_it_was_measured(project):
