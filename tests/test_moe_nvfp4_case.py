@@ -49,18 +49,30 @@ def test_baselines_answer_the_dense_oracle(rng, name):
     assert result["passed"], result
 
 
+RUNS = [(name, "check") for name in variants.VARIANTS] + [("moe_fused", "time")]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("purpose", ["check", "time"])
-def test_the_whole_fused_path_runs_through_the_plugin(rng, purpose):
+@pytest.mark.parametrize(("name", "purpose"), RUNS, ids=[f"{n}-{p}" for n, p in RUNS])
+def test_every_variant_runs_through_the_plugin_and_passes(rng, name, purpose):
     inputs = moe.make_inputs(POINT, rng)
     moe.reset()
-    runnable = moe.kernel("moe_fused", POINT, purpose)
+    runnable = moe.kernel(name, POINT, purpose)
     assert runnable.execution["interpret"] and runnable.execution["poisoned"]
     assert runnable.execution["race_detection"] == (purpose == "check")
     got, result = check(POINT, runnable, inputs)
-    assert set(got) == {"a1", "a2", "out_fused"}
+    assert tuple(got) == variants.VARIANTS[name].outputs()
     assert result["passed"], result
     assert not moe.races_found()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(variants.VARIANTS))
+def test_every_variant_lowers_at_the_largest_upstream_shape(name):
+    params = next(p["params"] for p in SPEC["build_only_points"] if p["name"] == "g6_m1024")
+    for artifact in moe.build(name, params)["artifacts"]:
+        facts = artifact["facts"]
+        assert 0 < facts["dynamic_smem_bytes"] <= facts["smem_limit_bytes"], artifact
 
 
 @pytest.mark.timeout(300)
