@@ -34,18 +34,27 @@ def test_tie_aware_check_rejects_a_wrong_code_and_a_wrong_scale(rng):
     assert nvfp4.tie_aware_check(x, gs, packed, bad_scales)["scale_mismatches"] == 1
 
 
+CONFIGS = [mgpu_quantize.QuantizeConfig(64), mgpu_quantize.QuantizeConfig(128),
+           mgpu_quantize.QuantizeConfig(128, "swizzled_128x4")]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("block_m", [64, 128])
-def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, block_m):
-    e, m, k = 2, 128, 256
+@pytest.mark.parametrize("config", CONFIGS, ids=[f"m{c.block_m}-{c.scale_layout}"
+                                                 for c in CONFIGS])
+def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, config):
+    e, m, k = 2, 256, 512
     x = problems.activations(rng, e, m, k)
     x[0, 0, :16] = -x[0, 0, :16] * 1e-3  # small negatives beside a large one: −0 codes
     x[0, 0, 0] = 1.0
     gs = problems.global_scale(x)
-    masked = rng.permutation(np.array([rng.integers(1, m + 1), 0], np.int32))
-    fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(block_m), interpreter)
+    masked = rng.permutation(np.array([rng.integers(1, 129), 0], np.int32))
+    fn = mgpu_quantize.make(e, m, k, config, interpreter)
     packed, scales = map(np.asarray, fn(jnp.asarray(x, jnp.bfloat16), gs, masked))
     assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
+    swizzled = config.scale_layout == "swizzled_128x4"
+    if swizzled:
+        assert scales.shape == nvfp4.swizzle(np.zeros((e, m, k // 16), np.uint8)).shape
+        scales = nvfp4.unswizzle(scales, m, k // 16)
     for expert in np.nonzero(masked)[0]:
         r = masked[expert]
         result = nvfp4.tie_aware_check(x[expert:expert + 1, :r], gs[expert:expert + 1],
@@ -53,16 +62,17 @@ def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, b
                                        scales[expert:expert + 1, :r])
         assert result["scale_mismatches"] == result["code_mismatches"] == 0, result
     unwritten = ~moe_f64.valid_rows(masked, m)  # poisoned by the interpreter: never written
-    assert (packed[unwritten] == POISON).all() and (scales[unwritten] == POISON).all()
-    # The 128x4 relayout is a pure permutation: the same bytes as the model's swizzle.
-    np.testing.assert_array_equal(
-        np.asarray(mgpu_quantize.swizzled_scales(jnp.asarray(scales))), nvfp4.swizzle(scales))
+    assert (packed[unwritten] == POISON).all()
+    # Row-major scales: rows past masked_m untouched; 128x4: whole atoms past it untouched.
+    untouched = unwritten if not swizzled else ~moe_f64.valid_rows(-(-masked // 128) * 128, m)
+    assert (scales[untouched] == POISON).all()
 
 
 @pytest.mark.timeout(120)
-def test_quantize_lowers_for_sm90a_at_an_upstream_benchmark_shape():
+@pytest.mark.parametrize("config", CONFIGS[1:], ids=lambda c: c.scale_layout)
+def test_quantize_lowers_for_sm90a_at_an_upstream_benchmark_shape(config):
     e, m, k = 6, 1408, 7168
-    fn = mgpu_quantize.make(e, m, k, mgpu_quantize.QuantizeConfig(128))
+    fn = mgpu_quantize.make(e, m, k, config)
     (launch,) = mgpu_lowering.lower_for_cuda(fn, (jax.ShapeDtypeStruct((e, m, k), jnp.bfloat16),
                                              jax.ShapeDtypeStruct((e,), jnp.float32),
                                              jax.ShapeDtypeStruct((e,), jnp.int32)))["launches"]

@@ -67,7 +67,10 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _codes_planes(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """Packed codes and scale bytes -> [2, E, M, K]: code values, scale per element."""
+    """Packed codes and scale bytes (row-major, or flat in the 128x4 layout) -> [2, E, M,
+    K]: code values, scale per element."""
+    if scales.ndim == 2:
+        scales = nvfp4.unswizzle(scales, packed.shape[1], packed.shape[2] // 8)
     values = nvfp4.e2m1_value(nvfp4.unpack(packed))
     per_element = np.repeat(nvfp4.e4m3_value(scales), nvfp4.BLOCK, axis=-1)
     return np.stack([values, per_element])

@@ -1,9 +1,12 @@
 """Grouped NVFP4 quantize for NVIDIA Hopper in Pallas Mosaic GPU.
 
 x [E, M, K] bf16 and per-expert global scales gs [E] -> packed e2m1 codes [E, M, K/2]
-and e4m3 block scales [E, M, K/16], row-major: the Hopper GEMM's layout.
-``swizzled_scales`` relayouts them to the reference's 128x4 layout (an XLA transpose
-after the kernel, not written by the kernel itself).
+and e4m3 block scales, written in one of two placements (``QuantizeConfig``): row-major
+[E, M, K/16], the Hopper GEMM's layout (only rows below masked_m written); or the
+reference's 128x4 layout [E, M/128 · K/64 · 512] that Blackwell's block-scaled MMA
+reads (whole 128-row atoms written): per 128 rows and 16 scale columns, the kernel
+copies four 32-row slabs of its [128, 16] scale tile into each of four 512-byte atoms
+in shared memory (the layout's (m%32, (m%128)/32, k%4) interleave), then one TMA store.
 
 One CTA (one warpgroup) per (expert, row block); blocks wholly past masked_m[e] are
 skipped, and only rows below masked_m[e] are stored. x arrives as uint32 pairs (a free
@@ -31,15 +34,24 @@ from kernels.moe_nvfp4 import encode
 from kernels.moe_nvfp4.mgpu_mainloop import WGMMA, store_valid_rows, swizzled
 
 K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
+SCALE_LAYOUTS = ("row_major", "swizzled_128x4")
 
 
 @dataclasses.dataclass(frozen=True)
 class QuantizeConfig:
+    """Rows per CTA, and where the scales go: ``row_major`` or ``swizzled_128x4``."""
+
     block_m: int = 64
+    scale_layout: str = "row_major"
 
     def __post_init__(self):
         if self.block_m not in (64, 128):
             raise ValueError(f"{self.block_m=} must be 64 or 128 (one warpgroup's rows)")
+        if self.scale_layout not in SCALE_LAYOUTS:
+            raise ValueError(f"{self.scale_layout=} must be one of {SCALE_LAYOUTS}")
+        if self.scale_layout == "swizzled_128x4" and self.block_m != 128:
+            raise ValueError(f"{self.block_m=} must be 128 for the 128x4 layout (one atom "
+                             "row per CTA)")
 
 
 def quantize_pair(even, odd, gs):
@@ -81,7 +93,19 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
     if interpret is not None:
         mgpu_interpret.enable_layout_cast_on_host()
 
-    def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, barrier):
+    swizzle = config.scale_layout == "swizzled_128x4"
+
+    def store_atoms(s_smem, atoms_smem, s_ref, e, pair):
+        """The [128, 16] scale tile as four 128x4 atoms: slab q of rows, 4 columns each."""
+        for q in range(4):
+            for kt in range(4):
+                atoms_smem[kt, :, pl.ds(4 * q, 4)] = s_smem[pl.ds(32 * q, 32), pl.ds(4 * kt, 4)]
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(atoms_smem, s_ref.at[e, lax.axis_index("m_blocks"),
+                                                     pl.ds(4 * pair, 4)])
+
+    def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, barrier,
+             atoms_smem=None):
         e = lax.axis_index("experts")
         m0 = lax.axis_index("m_blocks") * bm
         rows = masked_ref[e]
@@ -105,33 +129,35 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
 
                 @pl.when(half == 1)
                 def _():
-                    store_valid_rows(s_smem, s_ref, e, m0, (t - 1) * 8, rows, bm, 16)
+                    if swizzle:
+                        store_atoms(s_smem, atoms_smem, s_ref, e, t // 2)
+                    else:
+                        store_valid_rows(s_smem, s_ref, e, m0, (t - 1) * 8, rows, bm, 16)
 
                 plgpu.wait_smem_to_gmem(0)
                 return carry
 
             lax.fori_loop(0, k // K_STEP, step, 0)
 
+    scratch = dict(x_smem=swizzled((bm, 64), jnp.uint32, 128),
+                   q_smem=plgpu.SMEM((bm, 64), jnp.uint8), s_smem=plgpu.SMEM((bm, 16), jnp.uint8),
+                   barrier=plgpu.Barrier(num_arrivals=1))
+    # The 128x4 layout as [E, M/128, K/64, 32, 16]: one [4, 32, 16] box per 256 K.
+    scales_shape = (experts, m // 128, k // 64, 32, 16) if swizzle else (experts, m, k // 16)
+    if swizzle:
+        scratch["atoms_smem"] = plgpu.SMEM((4, 32, 16), jnp.uint8)
     call = plgpu.kernel(
         body,
         out_type=(jax.ShapeDtypeStruct((experts, m, k // 2), jnp.uint8),
-                  jax.ShapeDtypeStruct((experts, m, k // 16), jnp.uint8)),
+                  jax.ShapeDtypeStruct(scales_shape, jnp.uint8)),
         grid=(experts, m // bm), grid_names=("experts", "m_blocks"),
-        scratch_types=dict(x_smem=swizzled((bm, 64), jnp.uint32, 128),
-                           q_smem=plgpu.SMEM((bm, 64), jnp.uint8),
-                           s_smem=plgpu.SMEM((bm, 16), jnp.uint8),
-                           barrier=plgpu.Barrier(num_arrivals=1)),
-        interpret=interpret)
+        scratch_types=scratch, interpret=interpret)
 
     def quantize(x, gs, masked_m):
+        """(packed, scales): scales [E, M, K/16], or [E, M·K/16] in the 128x4 layout."""
         words = lax.bitcast_convert_type(x.reshape(experts, m, k // 2, 2), jnp.uint32)
-        return call(words, gs, masked_m)
+        packed, scales = call(words, gs, masked_m)
+        return packed, scales.reshape(experts, -1) if swizzle else scales
 
     return quantize
 
-
-def swizzled_scales(scales):
-    """[E, M, K/16] (M a multiple of 128, K/16 of 4) -> [E, M*K/16] in the 128x4 layout."""
-    e, m, kb = scales.shape
-    tiles = scales.reshape(e, m // 128, 4, 32, kb // 4, 4).transpose(0, 1, 4, 3, 2, 5)
-    return tiles.reshape(e, -1)

@@ -6,8 +6,8 @@ Axes: tile shape (64×64, 128×128, 64×128), TMA pipelining depth (2–4 stages
 scheduling (one tile per CTA vs persistent CTAs walking the tile list, as the
 reference's persistent kernel), and fused vs unfused stages (GEMM1 + SiLU·mul +
 requantize in one kernel, or GEMM1 writing h in bf16, SiLU·mul in XLA and the quantize
-kernel). Scale placement is fixed: A's scales row-major, B's K-major (prepacked), the
-reference's 128x4 layout produced from them by an XLA relayout.
+kernel), scale placement (the quantize writing row-major scales, the Hopper GEMM's
+operand, or the reference's 128x4 layout), and fused vs unfused stages.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def _t(m, n, s, ctas=0):
 VARIANTS = {
     "quantize": Variant("Stage 1 alone: the grouped NVFP4 quantize kernel.",
                         quantize=mgpu_quantize.QuantizeConfig(64)),
+    "quantize_128x4": Variant("Stage 1 alone, scales written in the reference's 128x4 "
+                              "layout (what Blackwell's block-scaled MMA reads).",
+                              quantize=mgpu_quantize.QuantizeConfig(128, "swizzled_128x4")),
     "gemm1_m64n64s2": Variant("Stage 2 alone: masked grouped GEMM, 64×64 tiles, 2-stage "
                               "TMA ring, one tile per CTA.", gemm1=_t(64, 64, 2)),
     "gemm1_m128n128s3": Variant("Stage 2 alone: 128×128 tiles, 3 stages.",
