@@ -8,7 +8,8 @@
 #                         sees a GPU, else cpu)
 #   make bench            CPU calibration and efficiency benchmarks of the measurement
 #                         engine, and the 40-example fuzz of the splash attention port in
-#                         the Mosaic GPU interpreter (a few minutes); results in
+#                         the Mosaic GPU interpreter, and the draws of case 01's
+#                         kernels (exact GEMMs, every variant) (a few minutes); results in
 #                         benchmarks/results/
 #   make lock             regenerate env/cpu.lock and env/cuda.lock from env/*.in
 #   make clean            remove generated records, figures and the site
@@ -54,6 +55,7 @@ bench: env
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.calibration
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.efficiency
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
+	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
 
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \
