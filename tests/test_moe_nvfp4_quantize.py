@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import mgpu_quantize, moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import checks, mgpu_quantize, moe_f64, nvfp4, problems
 
 POISON = 0xFF  # the interpreter's uninitialised uint8
 
@@ -25,13 +25,14 @@ def test_tie_aware_check_rejects_a_wrong_code_and_a_wrong_scale(rng):
     x = problems.activations(rng, 1, 4, 64)
     gs = problems.global_scale(x)
     packed, scales = nvfp4.quantize(x, gs)
-    assert nvfp4.tie_aware_check(x, gs, packed, scales)["code_mismatches"] == 0
+    every = np.ones((1, 4), bool)
+    assert checks.tie_aware(x, gs, packed, scales, every)["passed"]
     bad = packed.copy()
     bad[0, 0, 0] ^= 0x22  # two codes moved by two steps
-    assert nvfp4.tie_aware_check(x, gs, bad, scales)["code_mismatches"] >= 1
+    assert checks.tie_aware(x, gs, bad, scales, every)["code_mismatches"] >= 1
     bad_scales = scales.copy()
     bad_scales[0, 0, 0] += 2
-    assert nvfp4.tie_aware_check(x, gs, packed, bad_scales)["scale_mismatches"] == 1
+    assert checks.tie_aware(x, gs, packed, bad_scales, every)["scale_mismatches"] == 16
 
 
 CONFIGS = [mgpu_quantize.QuantizeConfig(64), mgpu_quantize.QuantizeConfig(128),
@@ -55,13 +56,10 @@ def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, c
     if swizzled:
         assert scales.shape == nvfp4.swizzle(np.zeros((e, m, k // 16), np.uint8)).shape
         scales = nvfp4.unswizzle(scales, m, k // 16)
-    for expert in np.nonzero(masked)[0]:
-        r = masked[expert]
-        result = nvfp4.tie_aware_check(x[expert:expert + 1, :r], gs[expert:expert + 1],
-                                       packed[expert:expert + 1, :r],
-                                       scales[expert:expert + 1, :r])
-        assert result["scale_mismatches"] == result["code_mismatches"] == 0, result
-    unwritten = ~moe_f64.valid_rows(masked, m)  # poisoned by the interpreter: never written
+    valid = moe_f64.valid_rows(masked, m)
+    result = checks.tie_aware(x, gs, packed, scales, valid)
+    assert result["passed"], result
+    unwritten = ~valid  # poisoned by the interpreter: never written
     assert (packed[unwritten] == POISON).all()
     # Row-major scales: rows past masked_m untouched; 128x4: whole atoms past it untouched.
     untouched = unwritten if not swizzled else ~moe_f64.valid_rows(-(-masked // 128) * 128, m)

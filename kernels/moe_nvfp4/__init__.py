@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import baselines, checks, inputs, nvfp4, oracle_planes
+from kernels.moe_nvfp4 import baselines, checks, inputs, oracle_planes
 from kernels.moe_nvfp4 import variants as port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import Runnable, from_jax
@@ -66,21 +66,11 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"artifacts": artifacts}
 
 
-def _codes_planes(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """Packed codes and scale bytes (row-major, or flat in the 128x4 layout) -> [2, E, M,
-    K]: code values, scale per element."""
-    if scales.ndim == 2:
-        scales = nvfp4.unswizzle(scales, packed.shape[1], packed.shape[2] // 8)
-    values = nvfp4.e2m1_value(nvfp4.unpack(packed))
-    per_element = np.repeat(nvfp4.e4m3_value(scales), nvfp4.BLOCK, axis=-1)
-    return np.stack([values, per_element])
-
-
 def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
     import jax
 
     host = jax.device_get(raw)
-    return {name: (_codes_planes(*map(np.asarray, value)) if name in checks.CODE_OUTPUTS
+    return {name: (checks.kernel_planes(*map(np.asarray, value)) if name in checks.CODE_OUTPUTS
                    else np.asarray(value, np.float64))
             for name, value in host.items()}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.moe_nvfp4 import nvfp4
+from kernels.moe_nvfp4 import nvfp4, oracle_planes
 
 
 def _half_step(y):
@@ -86,6 +86,24 @@ def bounded(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict
 
 
 CODE_OUTPUTS = ("a1", "a2")
+
+
+def kernel_planes(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Packed codes and scale bytes (row-major, or flat in the 128x4 layout) -> [2, E, M,
+    K]: code values, scale per element."""
+    if scales.ndim == 2:
+        scales = nvfp4.unswizzle(scales, packed.shape[1], packed.shape[2] // 8)
+    values = nvfp4.e2m1_value(nvfp4.unpack(packed))
+    per_element = np.repeat(nvfp4.e4m3_value(scales), nvfp4.BLOCK, axis=-1)
+    return np.stack([values, per_element])
+
+
+def tie_aware(x, gs, packed, scales, valid, x_slack=None) -> dict[str, Any]:
+    """``codes`` of a kernel's quantization of x on the rows ``valid`` [E, M], with x's
+    own error bound ``x_slack`` when x is a computed value."""
+    slack = np.zeros(np.shape(x)) if x_slack is None else x_slack
+    return codes(kernel_planes(packed, scales),
+                 oracle_planes.code_planes(x, gs, valid, slack), nvfp4.TIE_WINDOW)
 
 
 def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any]
