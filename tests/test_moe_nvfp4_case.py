@@ -29,11 +29,11 @@ def test_the_config_lists_every_variant_and_the_tie_window_it_states():
 
 
 @pytest.mark.parametrize(("stages", "why"), [
-    ({"gemm1": variants._t(64, 64, 2), "fused": variants.mgpu_fused.FusedConfig()},
+    ({"gemm1": variants.tiles(64, 64, 2), "fused": variants.mgpu_fused.FusedConfig()},
      "either unfused"),
-    ({"quantize": mgpu_quantize.QuantizeConfig(), "gemm2": variants._t(64, 64, 2)},
+    ({"quantize": mgpu_quantize.QuantizeConfig(), "gemm2": variants.tiles(64, 64, 2)},
      "contiguous"),
-    ({"gemm1": variants._t(64, 64, 2), "gemm2": variants._t(64, 64, 2)}, "quantize kernel"),
+    ({"gemm1": variants.tiles(64, 64, 2), "gemm2": variants.tiles(64, 64, 2)}, "quantize kernel"),
 ])
 def test_a_variant_that_does_not_chain_is_rejected(stages, why):
     with pytest.raises(ValueError, match=why):

@@ -74,15 +74,14 @@ def sum_is_exact_in_f32(a_packed, a_scales, b_packed, b_scales) -> bool:
     return bool(products.sum(-1).max() < 2.0**24 * quantum.min())
 
 
-def moe(hidden, a1_gs, w1_packed, w1_scales, w1_gs, a2_gs, w2_packed, w2_scales, w2_gs,
-        masked_m) -> dict[str, np.ndarray]:
-    """The four stages in float64; every stage's output by name (invalid rows NaN)."""
+def moe(hidden, a1_gs, w1, alpha1, a2_gs, w2, alpha2, masked_m) -> dict[str, np.ndarray]:
+    """The four stages in float64 (w1, w2: (packed, scales); alphas as the caller passes
+    them, in float32 like the reference's); every stage's output by name, rows past
+    masked_m NaN (act: 0)."""
     a1_packed, a1_scales = nvfp4.quantize(hidden, a1_gs)
-    h = masked_gemm(a1_packed, a1_scales, w1_packed, w1_scales,
-                    1.0 / (np.float64(a1_gs) * w1_gs), masked_m)
+    h = masked_gemm(a1_packed, a1_scales, *w1, alpha1, masked_m)
     act = np.nan_to_num(silu_mul(h))
     a2_packed, a2_scales = nvfp4.quantize(act, a2_gs)
-    out = masked_gemm(a2_packed, a2_scales, w2_packed, w2_scales,
-                      1.0 / (np.float64(a2_gs) * w2_gs), masked_m)
+    out = masked_gemm(a2_packed, a2_scales, *w2, alpha2, masked_m)
     return {"a1_packed": a1_packed, "a1_scales": a1_scales, "h": h, "act": act,
             "a2_packed": a2_packed, "a2_scales": a2_scales, "out": out}

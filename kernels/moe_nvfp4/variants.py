@@ -55,7 +55,7 @@ class Variant:
         return tuple(found)
 
 
-def _t(m, n, s, ctas=0):
+def tiles(m, n, s, ctas=0):
     return mgpu_gemm.TuningConfig(m, n, s, persistent_ctas=ctas)
 
 
@@ -66,26 +66,26 @@ VARIANTS = {
                               "layout (what Blackwell's block-scaled MMA reads).",
                               quantize=mgpu_quantize.QuantizeConfig(128, "swizzled_128x4")),
     "gemm1_m64n64s2": Variant("Stage 2 alone: masked grouped GEMM, 64×64 tiles, 2-stage "
-                              "TMA ring, one tile per CTA.", gemm1=_t(64, 64, 2)),
+                              "TMA ring, one tile per CTA.", gemm1=tiles(64, 64, 2)),
     "gemm1_m128n128s3": Variant("Stage 2 alone: 128×128 tiles, 3 stages.",
-                                gemm1=_t(128, 128, 3)),
+                                gemm1=tiles(128, 128, 3)),
     "gemm1_m64n128s4": Variant("Stage 2 alone: 64×128 tiles, 4 stages (deepest ring).",
-                               gemm1=_t(64, 128, 4)),
+                               gemm1=tiles(64, 128, 4)),
     "gemm1_persistent": Variant(f"Stage 2 alone: 128×128 tiles, 2 stages, persistent: "
                                 f"{H100_SMS} CTAs (at most one per tile) walk the tiles.",
-                                gemm1=_t(128, 128, 2, H100_SMS)),
+                                gemm1=tiles(128, 128, 2, H100_SMS)),
     "fused": Variant("Stages 2–3 in one kernel: GEMM1 + SiLU·mul + NVFP4 requantize, the "
                      "[E, M, 2N] intermediate only in registers.",
                      fused=mgpu_fused.FusedConfig(64, 2)),
     "gemm2_m128n128s3": Variant("Stage 4 alone: GEMM2 on the requantized act, 128×128, 3 "
-                                "stages.", gemm2=_t(128, 128, 3)),
+                                "stages.", gemm2=tiles(128, 128, 3)),
     "moe_fused": Variant("The whole path, fused: quantize -> fused GEMM1+SiLU·mul+"
                          "requantize -> GEMM2.", quantize=mgpu_quantize.QuantizeConfig(64),
-                         fused=mgpu_fused.FusedConfig(64, 2), gemm2=_t(128, 128, 3)),
+                         fused=mgpu_fused.FusedConfig(64, 2), gemm2=tiles(128, 128, 3)),
     "moe_unfused": Variant("The whole path, unfused: quantize -> GEMM1 (h in bf16 in "
                            "memory) -> SiLU·mul in XLA -> quantize -> GEMM2.",
                            quantize=mgpu_quantize.QuantizeConfig(64),
-                           gemm1=_t(128, 128, 3), gemm2=_t(128, 128, 3)),
+                           gemm1=tiles(128, 128, 3), gemm2=tiles(128, 128, 3)),
 }
 
 
