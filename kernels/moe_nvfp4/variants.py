@@ -56,6 +56,7 @@ class Variant:
 
 
 def tiles(m, n, s, ctas=0):
+    """A GEMM tuning: block_m, block_n, stages, persistent CTAs (0: one tile per CTA)."""
     return mgpu_gemm.TuningConfig(m, n, s, persistent_ctas=ctas)
 
 
