@@ -13,23 +13,27 @@ import numpy as np
 from kernels.moe_nvfp4 import nvfp4, oracle_planes
 
 
-def _half_step(y):
-    """Half the e2m1 grid spacing around |y| (saturating at 6)."""
-    a = np.minimum(np.abs(y), nvfp4.E2M1_MAX)
-    return np.where(a < 2, 0.25, np.where(a < 4, 0.5, 1.0))
+def _ratio(error, allowed):
+    """error / allowed, 0 where both are 0, inf where only ``allowed`` is."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(error == 0, 0.0, error / allowed)
+    return np.where(np.isfinite(ratio), ratio, np.inf)
 
 
-def _half_quantum(v):
-    _, exp = np.frexp(v)
-    return np.exp2(np.maximum(exp - 1, -6) - 3.0) / 2
+def _excess(got, nearest, bounds, exact):
+    """The error of ``got`` beyond the nearest rounding's, over the most any accepted
+    rounding (between ``bounds``) may add: 0 for the nearest, <= 1 when accepted."""
+    floor = np.abs(nearest - exact)
+    room = np.maximum(np.abs(bounds[0] - exact), np.abs(bounds[1] - exact)) - floor
+    return _ratio(np.maximum(np.abs(got - exact) - floor, 0.0), np.maximum(room, 0.0))
 
 
 def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
     """A kernel's codes and scales ([2, ...]: e2m1 values, e4m3 scale per element) against
     [x·gs, exact scale, their slacks]: each scale must be a rounding of the exact scale
     moved by at most its slack plus ``window`` (relative), each code likewise a rounding
-    of x·gs / (the kernel's own scale). worst_error_over_tolerance: the largest
-    |rounding error| over the largest a correct rounding may make (<= 1 passes)."""
+    of x·gs / (the kernel's own scale). worst_error_over_tolerance: how much of the tie
+    window the kernel used (0: every code the nearest; <= 1: within the window)."""
     valid = np.isfinite(want[0])
     value, scale = got[0][valid], got[1][valid]
     xgs, exact, x_slack, scale_slack = (w[valid] for w in want)
@@ -45,12 +49,12 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
         nvfp4.e2m1_code(y + y_room))
     code_ok = np.where(scale > 0, (np.minimum(a, b) <= value) & (value <= np.maximum(a, b)),
                        value == 0)
-    code_ratio = (np.abs(value - np.clip(y, -6, 6)) / (_half_step(y) + y_room))
-    scale_ratio = np.abs(scale - np.minimum(exact, nvfp4.E4M3_MAX)) / (
-        _half_quantum(exact) + scale_room)
-    ratios = np.concatenate([code_ratio.ravel(), scale_ratio.ravel()])
-    ratios = np.where(np.isfinite(ratios), ratios, np.inf)
-    worst = float(ratios.max(initial=0.0))
+    nearest = nvfp4.e2m1_value(nvfp4.e2m1_code(y))
+    code_ratio = np.where(scale > 0, _excess(value, nearest, (a, b), np.clip(y, -6, 6)),
+                          np.where(value == 0, 0.0, np.inf))
+    scale_ratio = _excess(scale, nvfp4.round_e4m3(exact), (low, high),
+                          np.minimum(exact, nvfp4.E4M3_MAX))
+    worst = float(np.concatenate([code_ratio.ravel(), scale_ratio.ravel()]).max(initial=0.0))
     return {
         "passed": nan_count == 0 and bool(code_ok.all() and scale_ok.all()),
         "nan_count": nan_count,
@@ -70,11 +74,7 @@ def bounded(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict
     out = np.asarray(got, np.float64)[valid]
     nan_count = int(np.count_nonzero(~np.isfinite(out)))
     error = np.abs(out - value)
-    allowed = atol + rtol * np.abs(value) + bound
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(error == 0, 0.0, error / allowed)
-    ratio = np.where(np.isfinite(ratio), ratio, np.inf)
-    worst = float(ratio.max(initial=0.0))
+    worst = float(_ratio(error, atol + rtol * np.abs(value) + bound).max(initial=0.0))
     return {
         "passed": nan_count == 0 and worst <= 1,
         "nan_count": nan_count,
