@@ -1,0 +1,92 @@
+"""The C++ reference: CUTLASS example 69 and our harness, compiled once with nvcc.
+
+``ex69_harness.cu`` includes the example's source from the pinned nvidia-cutlass wheel
+(its ``main`` renamed) and reuses its kernel types, so the binary runs exactly the
+example's kernels. A compile takes ~90-120 s and ~5 GB, so the binary is cached under
+the build tree by a hash of everything that determines it: the harness, the example's
+sources, the wheel's version, the flags and ``nvcc --version``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import time
+from pathlib import Path
+
+from kernels.grouped_gemm_fp8_bf16 import toolkit
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "ex69_harness.cu"
+CUTLASS_SOURCE = Path(__import__("cutlass_library").__file__).parent / "source"
+EXAMPLE_DIR = CUTLASS_SOURCE / "examples" / "69_hopper_mixed_dtype_grouped_gemm"
+EXAMPLE = EXAMPLE_DIR / "69_hopper_mixed_dtype_grouped_gemm.cu"
+# The example's own helpers, hashed with it (the CUTLASS headers are pinned by the version).
+EXAMPLE_SOURCES = (EXAMPLE, EXAMPLE_DIR / "grouped_mixed_dtype_utils.hpp",
+                   CUTLASS_SOURCE / "examples/55_hopper_mixed_dtype_gemm/mixed_dtype_utils.hpp")
+# CUTLASS's release flags for an sm_90a example (-DNDEBUG as its CMake Release build).
+FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-gencode", "arch=compute_90a,code=sm_90a",
+         "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1")
+INCLUDES = ("include", "tools/util/include", "examples/common",
+            "examples/69_hopper_mixed_dtype_grouped_gemm")
+# The two grouped kernels' mangled names differ in the mainloop's element of B: ScaleOnly
+# takes a (e5m2, bf16 scale) tuple. The example's dense check GEMM matches neither.
+KERNEL_NAMES = {"convert_only": "float_e5m2_tEEEEPNS",
+                "scale_only": "float_e5m2_tENS_10bfloat16_tEEEEPNS"}
+TIMEOUT_S = 1800
+
+
+def nvcc_version() -> str | None:
+    nvcc = toolkit.tool("nvcc")
+    return toolkit.run([nvcc, "--version"]).strip().splitlines()[-1] if nvcc else None
+
+
+def cache_key(version: str) -> str:
+    digest = hashlib.sha256()
+    for part in (HARNESS.read_bytes(), *(p.read_bytes() for p in EXAMPLE_SOURCES),
+                 importlib.metadata.version("nvidia-cutlass").encode(),
+                 " ".join(FLAGS).encode(), version.encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def compile_command(output: Path) -> list[str | Path]:
+    return [toolkit.tool("nvcc"), *FLAGS, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
+            f"-L{toolkit.CUDA_ROOT / 'lib'}", HARNESS, "-o", output]
+
+
+@functools.cache
+def build(build_dir: str) -> dict:
+    """The harness binary (compiled or found in the cache) and its resources, or why not."""
+    version = nvcc_version()
+    if version is None:
+        return {"built": False, "reason": "nvcc not found: the C++ reference is not built "
+                                          "on this host"}
+    folder = Path(build_dir) / "ex69" / cache_key(version)
+    binary, facts_file = folder / "ex69_harness", folder / "compile.json"
+    if facts_file.exists() and binary.exists():
+        return {**json.loads(facts_file.read_text()), "cached": True}
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    toolkit.run(compile_command(binary.with_suffix(".partial")), timeout=TIMEOUT_S)
+    binary.with_suffix(".partial").rename(binary)
+    facts = {"built": True, "binary": str(binary), "nvcc": version,
+             "compile_seconds": time.perf_counter() - start, "flags": list(FLAGS),
+             "kernels": _resources(binary)}
+    facts_file.write_text(json.dumps(facts, indent=1))
+    return {**facts, "cached": False}
+
+
+def _resources(binary: Path) -> dict[str, dict]:
+    """Per mode: registers (cuobjdump), dynamic shared memory, threads and stages (the
+    harness's --resources, host code only), and the wgmma forms in the SASS."""
+    per_mode = {}
+    for line in toolkit.run([binary, "--resources"]).splitlines():
+        mode, *pairs = line.split()
+        per_mode[mode] = {k: int(v) for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
+    for mode, name in KERNEL_NAMES.items():
+        (kernel,) = toolkit.kernel_resources(binary, name)
+        per_mode[mode].update(kernel, sass_mma=toolkit.mma_instructions(binary, name))
+    return per_mode
