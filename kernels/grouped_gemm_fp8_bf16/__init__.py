@@ -1,0 +1,81 @@
+"""Case 03, CUTLASS example 69 (Hopper fp8 e5m2 × bf16 grouped GEMM): the plug-in surface.
+
+Variants: ``model``, the kernel's arithmetic in numpy (runs on any host); ``cute_dsl``, the
+CuTe DSL port (``port``), compiled for sm_90a on any host; ``cutlass_ex69``, the example's
+own kernels through our harness, compiled by nvcc on any host. The two GPU variants run
+only on an sm_90 GPU (``device``). Baselines: XLA's bf16 ragged_dot on pre-converted B
+(without the work) and the C++ reference (the best alternative), both GPU-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from casebook import paths
+from kernels.grouped_gemm_fp8_bf16 import builds, numerics, problem, reference
+from kernels.runnable import Runnable
+
+CASE = "grouped_gemm_fp8_bf16"
+VARIANTS = ("model", "cute_dsl", "cutlass_ex69")
+
+
+def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return numerics.make_inputs(problem.from_params(params), rng)
+
+
+def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return numerics.oracle(problem.from_params(params), inputs)
+
+
+def check_params(params: dict[str, Any]) -> str | None:
+    """Why the grouped problem is invalid (shape, alignment, mode), or None."""
+    try:
+        problem.from_params(params)
+    except problem.ProblemError as error:
+        return str(error)
+    return None
+
+
+def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    _check_variant(variant)
+    return builds.build(variant, problem.from_params(params), paths.build_dir(CASE))
+
+
+def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+    _check_variant(variant)
+    return model_runnable(problem.from_params(params))
+
+
+def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
+    """The numerics model as a Runnable: numpy on the host."""
+    return Runnable(prepare=lambda inputs: (inputs,),
+                    call=lambda inputs: numerics.model(grouped, inputs),
+                    sync=lambda out: None, fetch=np.asarray,
+                    execution={"mode": "numpy model of the kernel's arithmetic on the host "
+                                       "CPU (not a kernel)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False})
+
+
+def baseline(name: str, params: dict[str, Any]) -> Runnable:
+    raise ValueError(f"unknown {CASE} baseline {name!r}")
+
+
+def races_found() -> bool:
+    return False  # no interpreter runs here: the GPU variants run natively or not at all
+
+
+def reset() -> None:
+    """Nothing to reset: no interpreter state."""
+
+
+def reference_file() -> str:
+    """Example 69's source in the pinned nvidia-cutlass wheel (hashed into build records)."""
+    return str(reference.EXAMPLE)
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown {CASE} variant {variant!r}; known: {VARIANTS}")

@@ -19,30 +19,36 @@ import time
 from pathlib import Path
 
 from kernels.grouped_gemm_fp8_bf16 import toolkit
+from kernels.grouped_gemm_fp8_bf16.problem import ALIGNMENT
 
 KERNEL_NAME = "GroupedMixedGemm"  # in the kernel's generated (mangled) name
 TIMEOUT_S = 600
 
-# Symbolic extents: one compile serves every problem of a mode (the notes' ~1 s compile).
-SYMBOLIC = ("n", "k", "groups", "rows", "scale_k", "offsets")
 
 
 def compile_port(mode: str, out_dir: Path) -> dict:
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_tensor
+    from cutlass.cute.runtime import make_fake_compact_tensor
 
     from kernels.grouped_gemm_fp8_bf16 import port
 
-    n, k, g, rows, sk, offs = (cute.sym_int() for _ in SYMBOLIC)
-    b = make_fake_tensor(cutlass.Float8E5M2, (n, k, g), stride=(k, 1, n * k), assumed_align=16)
-    a = make_fake_tensor(cutlass.BFloat16, (rows, k), stride=(k, 1), assumed_align=16)
-    scale = make_fake_tensor(cutlass.BFloat16, (n, sk, g), stride=(1, n, n * sk))
-    c = make_fake_tensor(cutlass.Float16, (n, rows), stride=(1, n))
-    d = make_fake_tensor(cutlass.Float16, (n, rows), stride=(1, n))
-    row_offsets = make_fake_tensor(cutlass.Int32, (offs,), stride=(1,))
-    tile_offsets = make_fake_tensor(cutlass.Int32, (offs,), stride=(1,))
+    def row_major(dtype, shape, **kwargs):
+        return make_fake_compact_tensor(dtype, shape, stride_order=tuple(
+            reversed(range(len(shape)))), **kwargs)
+
+    # Symbolic extents, so one compile serves every problem of a mode: N and K multiples
+    # of 16 (problem.ALIGNMENT), the rest any size.
+    n, k = (cute.sym_int(divisibility=ALIGNMENT) for _ in range(2))
+    g, rows, sk, offs = (cute.sym_int() for _ in range(4))
+    b = row_major(cutlass.Float8E5M2, (g, n, k), assumed_align=16)
+    a = row_major(cutlass.BFloat16, (rows, k), assumed_align=16)
+    scale = row_major(cutlass.BFloat16, (g, sk, n))
+    c = row_major(cutlass.Float16, (rows, n))
+    d = row_major(cutlass.Float16, (rows, n))
+    row_offsets = row_major(cutlass.Int32, (offs,))
+    tile_offsets = row_major(cutlass.Int32, (offs,))
     gemm = port.GroupedMixedGemm(scale_only=mode == "scale_only")
     start = time.perf_counter()
     compiled = cute.compile(gemm, b, a, scale, c, d, row_offsets, tile_offsets,
@@ -68,7 +74,7 @@ def build(mode: str, build_dir: str) -> dict:
     for stale in out_dir.glob("*.cubin"):
         stale.unlink()
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_DUMP_DIR": str(out_dir),
-           "CUTE_DSL_CACHE_DIR": str(out_dir / "cache")}
+           "CUTE_DSL_CACHE_DIR": str(out_dir / "cache"), "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-m", __name__, mode, str(out_dir)], env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode:

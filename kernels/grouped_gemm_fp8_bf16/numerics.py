@@ -117,8 +117,8 @@ def example_rule_failures(got: np.ndarray, want: np.ndarray) -> int:
     return int(np.count_nonzero(~(ok | (a == b))))
 
 
-def compare(params: dict[str, Any], problem: GroupedProblem, got: np.ndarray,
-            want: np.ndarray, tolerance: dict[str, Any]) -> dict[str, Any]:
+def compare(problem: GroupedProblem, got: np.ndarray, want: np.ndarray,
+            tolerance: dict[str, Any]) -> dict[str, Any]:
     """|got - want| <= atol + rtol |want|, the derived accumulation bound added to the
     config's atol; the example's relative rule reported beside it (it does not decide)."""
     atol, rtol = tolerance["atol"] + accumulation_bound(problem), tolerance["rtol"]

@@ -111,8 +111,13 @@ class GroupedMixedGemm:
                  d: cute.Tensor, row_offsets: cute.Tensor, tile_offsets: cute.Tensor,
                  alpha: cutlass.Float32, beta: cutlass.Float32, chunk: cutlass.Int32,
                  grid_ctas: cutlass.Int32, stream):
-        """b (N, K, G) fp8; a (sum M, K) bf16; scale (N, ceil(K/c), G) bf16; c and d in
-        the swapped view (N, sum M) f16, stride (1, N); offsets (G + 1,) int32."""
+        """Tensors as numerics.make_inputs lays them out: b (G, N, K) fp8; a (sum M, K)
+        bf16; scale (G, ceil(K/c), N) bf16; c and d (sum M, N) f16; offsets (G + 1,)
+        int32. Viewed here in the kernel's swapped coordinates."""
+        b = cute.make_tensor(b.iterator, cute.select(b.layout, mode=[1, 2, 0]))  # (N, K, G)
+        scale = cute.make_tensor(scale.iterator, cute.select(scale.layout, mode=[2, 1, 0]))
+        c = cute.make_tensor(c.iterator, cute.select(c.layout, mode=[1, 0]))  # (N, sum M)
+        d = cute.make_tensor(d.iterator, cute.select(d.layout, mode=[1, 0]))
         self._setup()
         tile_n, tile_m, tile_k = self.tile
         b_one = cute.slice_(self.b_smem_layout, (None, None, 0))

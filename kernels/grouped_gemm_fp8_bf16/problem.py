@@ -81,9 +81,15 @@ def draw_m(groups: int, seed: int) -> tuple[int, ...]:
 
 
 def from_params(params: dict[str, Any]) -> GroupedProblem:
-    """The problem of a point's ``params``; ``m`` is a list or ``{groups, seed}``."""
+    """The problem of a point's ``params``; ``m`` is a list, ``{groups, rows}`` (the same
+    M in every group) or ``{groups, seed}`` (M drawn as the example draws it)."""
     m = params["m"]
-    rows = tuple(m) if isinstance(m, list) else draw_m(m["groups"], m["seed"])
+    if isinstance(m, list):
+        rows = tuple(m)
+    elif "rows" in m:
+        rows = (m["rows"],) * m["groups"]
+    else:
+        rows = draw_m(m["groups"], m["seed"])
     return GroupedProblem(m=rows, n=params["n"], k=params["k"], chunk=params["chunk"],
                           mode=params["mode"], alpha=float(params.get("alpha", 1.0)),
                           beta=float(params.get("beta", 0.0)))

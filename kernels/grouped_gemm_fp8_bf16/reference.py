@@ -36,11 +36,14 @@ INCLUDES = ("include", "tools/util/include", "examples/common",
 KERNEL_NAMES = {"convert_only": "float_e5m2_tEEEEPNS",
                 "scale_only": "float_e5m2_tENS_10bfloat16_tEEEEPNS"}
 TIMEOUT_S = 1800
+NVCC = toolkit.tool("nvcc")
 
 
-def nvcc_version() -> str | None:
-    nvcc = toolkit.tool("nvcc")
-    return toolkit.run([nvcc, "--version"]).strip().splitlines()[-1] if nvcc else None
+def nvcc_version(nvcc: Path | None) -> str | None:
+    """The last line of ``nvcc --version`` (its build id), or None without an nvcc."""
+    if nvcc is None or not nvcc.exists():
+        return None
+    return toolkit.run([nvcc, "--version"]).strip().splitlines()[-1]
 
 
 def cache_key(version: str) -> str:
@@ -52,25 +55,25 @@ def cache_key(version: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def compile_command(output: Path) -> list[str | Path]:
-    return [toolkit.tool("nvcc"), *FLAGS, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
+def compile_command(nvcc: Path, output: Path) -> list[str | Path]:
+    return [nvcc, *FLAGS, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
             f"-L{toolkit.CUDA_ROOT / 'lib'}", HARNESS, "-o", output]
 
 
 @functools.cache
-def build(build_dir: str) -> dict:
+def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
     """The harness binary (compiled or found in the cache) and its resources, or why not."""
-    version = nvcc_version()
+    version = nvcc_version(nvcc)
     if version is None:
-        return {"built": False, "reason": "nvcc not found: the C++ reference is not built "
-                                          "on this host"}
+        return {"built": False, "reason": f"nvcc not found ({nvcc or 'not installed'}): the "
+                                          "C++ reference is not built on this host"}
     folder = Path(build_dir) / "ex69" / cache_key(version)
     binary, facts_file = folder / "ex69_harness", folder / "compile.json"
     if facts_file.exists() and binary.exists():
         return {**json.loads(facts_file.read_text()), "cached": True}
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    toolkit.run(compile_command(binary.with_suffix(".partial")), timeout=TIMEOUT_S)
+    toolkit.run(compile_command(nvcc, binary.with_suffix(".partial")), timeout=TIMEOUT_S)
     binary.with_suffix(".partial").rename(binary)
     facts = {"built": True, "binary": str(binary), "nvcc": version,
              "compile_seconds": time.perf_counter() - start, "flags": list(FLAGS),

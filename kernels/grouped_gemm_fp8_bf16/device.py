@@ -1,0 +1,111 @@
+"""The GPU variants on a GPU host: the port through CuTe DSL, ex. 69 through its harness.
+
+NOT YET RUN ON HARDWARE: no sm_90 GPU was available when this was written, so these
+paths are exercised only up to ``sm90_device`` (which finds none on a CPU host). The
+inputs go to the device as JAX arrays (jax[cuda13] is in the CUDA lock) and reach the
+port through DLPack; D is written in place into a zeroed JAX buffer that nothing else
+reads. The reference runs as a process on files (its harness), so its Runnable suits
+verification; its timing comes from CUDA events inside the harness, not the engine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from kernels.grouped_gemm_fp8_bf16 import port, reference, schedule
+from kernels.grouped_gemm_fp8_bf16.problem import MODES, GroupedProblem
+from kernels.runnable import Runnable
+
+HOPPER = (9, 0)  # compute capability the sm_90a binaries run on
+
+
+def sm90_device() -> tuple[str, int] | None:
+    """(name, SM count) of the first sm_90 GPU the CUDA driver sees, or None."""
+    from cuda.bindings import driver
+
+    if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
+        return None
+    attr = driver.CUdevice_attribute
+    for ordinal in range(driver.cuDeviceGetCount()[1]):
+        device = driver.cuDeviceGet(ordinal)[1]
+        major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                            device)[1]
+        minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                            device)[1]
+        if (major, minor) == HOPPER:
+            sms = driver.cuDeviceGetAttribute(
+                attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)[1]
+            return driver.cuDeviceGetName(256, device)[1].split(b"\0")[0].decode(), sms
+    return None
+
+
+def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
+    """The CuTe DSL port, compiled for the actual tensors, launched on a persistent grid
+    of min(tiles, SMs) CTAs."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    import jax
+    import jax.numpy as jnp
+    from cutlass.cute.runtime import from_dlpack
+
+    gemm = port.GroupedMixedGemm(scale_only=problem.mode == "scale_only")
+    offsets = (problem.row_offsets.astype(np.int32), schedule.tile_offsets(problem.m, problem.n))
+    scalars = (cutlass.Float32(problem.alpha), cutlass.Float32(problem.beta),
+               cutlass.Int32(problem.chunk), cutlass.Int32(min(int(offsets[1][-1]), sms)))
+    stream = cuda.CUstream(0)
+    compiled = {}
+
+    def prepare(inputs):
+        arrays = [jax.device_put(inputs[name]) for name in ("b", "a", "scale", "c")]
+        out = jnp.zeros(inputs["c"].shape, jnp.float16)
+        tensors = [from_dlpack(x, assumed_align=16)
+                   for x in (*arrays, out, *map(jax.device_put, offsets))]
+        if not compiled:
+            compiled["kernel"] = cute.compile(gemm, *tensors, *scalars, stream)
+        return (tensors, out)
+
+    def call(tensors, out):
+        compiled["kernel"](*tensors, *scalars, stream)
+        return out
+
+    return Runnable(prepare=prepare, call=call,
+                    sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
+                    execution={"mode": "CuTe DSL kernel on the GPU (sm_90a)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False},
+                    stream=stream)
+
+
+def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
+    """Example 69's kernels through our harness: inputs to files, D back from a file."""
+    built = reference.build(build_dir)
+    if not built["built"]:
+        raise RuntimeError(built["reason"])
+    binary = built["binary"]
+
+    def prepare(inputs):
+        folder = Path(tempfile.mkdtemp(prefix="ex69-", dir=build_dir))
+        header = (f"{problem.groups} {MODES[problem.mode]} {problem.n} {problem.k} "
+                  f"{problem.chunk} {problem.alpha!r} {problem.beta!r}\n")
+        (folder / "problem.txt").write_text(header + " ".join(map(str, problem.m)) + "\n")
+        for name in ("a", "b", "scale", "c"):
+            inputs[name].tofile(folder / f"{name}.bin")
+        return (folder,)
+
+    def call(folder):
+        subprocess.run([binary, str(folder)], check=True, capture_output=True, timeout=600)
+        return folder
+
+    return Runnable(prepare=prepare, call=call, sync=lambda folder: None,
+                    fetch=lambda folder: np.fromfile(folder / "d.bin", np.float16).reshape(
+                        sum(problem.m), problem.n),
+                    execution={"mode": "CUTLASS example 69 kernel, run by our harness process "
+                                       "on input files (GPU)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False})
+
