@@ -31,8 +31,8 @@ def tiny_case(tolerance_scale: float = 1.0) -> dict:
     return case
 
 
-def make_project(root: Path, case: dict) -> Path:
-    """A copy of the sources plus a tiny config; returns the project folder."""
+def make_project(root: Path, *cases: dict) -> Path:
+    """A copy of the sources plus a tiny config running ``cases``; the project folder."""
     project = root / "project"
     project.mkdir()
     for name in SOURCES:
@@ -42,9 +42,10 @@ def make_project(root: Path, case: dict) -> Path:
                                      if src.is_dir() else {}))
     case_dir = root / "cases"
     case_dir.mkdir()
-    (case_dir / "splash_attention.yaml").write_text(yaml.safe_dump(case))
+    for case in cases:
+        (case_dir / f"{case['name']}.yaml").write_text(yaml.safe_dump(case))
     (root / "tiny.yaml").write_text(yaml.safe_dump({
-        "cases": ["splash_attention"], "case_dir": str(case_dir), "target": "cpu",
+        "cases": [case["name"] for case in cases], "case_dir": str(case_dir), "target": "cpu",
         "measurement": MEASUREMENT}))
     return project
 

@@ -14,11 +14,14 @@ from typing import Any
 import numpy as np
 
 from casebook import paths
-from kernels.grouped_gemm_fp8_bf16 import builds, numerics, problem, reference
+from casebook.cases import NotRunnable
+from kernels.grouped_gemm_fp8_bf16 import baselines, builds, device, numerics, problem, reference
 from kernels.runnable import Runnable
 
 CASE = "grouped_gemm_fp8_bf16"
 VARIANTS = ("model", "cute_dsl", "cutlass_ex69")
+BASELINES = ("xla_ragged_dot_bf16", "cutlass_ex69")
+NO_GPU = "kernel verification needs an sm_90 GPU; this host has none"
 
 
 def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -43,9 +46,30 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     return builds.build(variant, problem.from_params(params), paths.build_dir(CASE))
 
 
+def compare(params: dict[str, Any], output: str, got: np.ndarray, want: np.ndarray,
+            tolerance: dict[str, Any]) -> dict[str, Any]:
+    """The derived fp32 bound (numerics.compare), with the example's rule beside it."""
+    return numerics.compare(problem.from_params(params), got, want, tolerance)
+
+
 def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     _check_variant(variant)
-    return model_runnable(problem.from_params(params))
+    grouped = problem.from_params(params)
+    if variant == "model":
+        return model_runnable(grouped)
+    return _on_gpu(variant, grouped)
+
+
+def _on_gpu(name: str, grouped: problem.GroupedProblem) -> Runnable:
+    """A GPU variant or baseline; NotRunnable where no sm_90 GPU is found."""
+    found = device.sm90_device()
+    if found is None:
+        raise NotRunnable(NO_GPU)
+    if name == "cute_dsl":
+        return device.port_runnable(grouped, sms=found[1])
+    if name == "cutlass_ex69":
+        return device.reference_runnable(grouped, paths.build_dir(CASE))
+    return baselines.ragged_dot_bf16(grouped)
 
 
 def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
@@ -60,7 +84,9 @@ def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
 
 
 def baseline(name: str, params: dict[str, Any]) -> Runnable:
-    raise ValueError(f"unknown {CASE} baseline {name!r}")
+    if name not in BASELINES:
+        raise ValueError(f"unknown {CASE} baseline {name!r}; known: {BASELINES}")
+    return _on_gpu(name, problem.from_params(params))
 
 
 def races_found() -> bool:

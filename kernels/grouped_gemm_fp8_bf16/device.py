@@ -24,23 +24,30 @@ HOPPER = (9, 0)  # compute capability the sm_90a binaries run on
 
 
 def sm90_device() -> tuple[str, int] | None:
-    """(name, SM count) of the first sm_90 GPU the CUDA driver sees, or None."""
+    """(name, SM count) of the first sm_90 GPU, or None. NVML answers first (it fails
+    cleanly where no driver is installed); the CUDA driver then gives the SM count."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        hopper = [i for i in range(pynvml.nvmlDeviceGetCount())
+                  if pynvml.nvmlDeviceGetCudaComputeCapability(
+                      pynvml.nvmlDeviceGetHandleByIndex(i)) == HOPPER]
+    finally:
+        pynvml.nvmlShutdown()
+    if not hopper:
+        return None
     from cuda.bindings import driver
 
-    if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
-        return None
-    attr = driver.CUdevice_attribute
-    for ordinal in range(driver.cuDeviceGetCount()[1]):
-        device = driver.cuDeviceGet(ordinal)[1]
-        major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                            device)[1]
-        minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                                            device)[1]
-        if (major, minor) == HOPPER:
-            sms = driver.cuDeviceGetAttribute(
-                attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)[1]
-            return driver.cuDeviceGetName(256, device)[1].split(b"\0")[0].decode(), sms
-    return None
+    driver.cuInit(0)
+    _, device = driver.cuDeviceGet(hopper[0])
+    _, sms = driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)
+    _, name = driver.cuDeviceGetName(256, device)
+    return name.split(b"\0")[0].decode(), sms
 
 
 def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
