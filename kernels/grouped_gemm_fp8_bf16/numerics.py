@@ -4,7 +4,8 @@ The kernel's arithmetic, as CUTLASS example 69 does it: B (fp8 e5m2) is converte
 and, in ScaleOnly mode, multiplied by its scale in bf16 arithmetic, i.e. the dequantized
 operand is bf16(float(B) · float(scale)) rounded to nearest even (the product of a 3-bit
 and an 8-bit significand is exact in fp32, so this is a single rounding); the GEMM
-accumulates in fp32; the epilogue computes alpha · acc + beta · C in fp32 and rounds to f16.
+accumulates in fp32; the epilogue computes fma(alpha, acc, beta · C) in fp32 and rounds to
+f16.
 The oracle evaluates the same problem in float64 on the same dequantized operand, so the
 model's error against it is fp32 accumulation plus the final f16 rounding only.
 """
@@ -85,7 +86,12 @@ def model(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
     alpha, beta = np.float32(problem.alpha), np.float32(problem.beta)
     for g, rows in _groups(problem):
         acc = a[rows] @ operand[g].T  # float32 in, float32 accumulate
-        out[rows] = (alpha * acc + beta * c[rows]).astype(np.float16)
+        source = beta * c[rows]  # fp32, as the kernel's epilogue
+        # fma(alpha, acc, source) in fp32: the product of two fp32 values is exact in
+        # float64, so rounding the float64 sum to fp32 gives the fused result (except
+        # for a rare double rounding of the sum; the bound covers either).
+        fused = (np.float64(alpha) * acc.astype(np.float64) + source).astype(np.float32)
+        out[rows] = fused.astype(np.float16)
     return out
 
 

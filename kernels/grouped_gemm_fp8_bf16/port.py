@@ -16,7 +16,8 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 - Groups are stacked: A, C and D are (sum M, ·) with each group's rows at its row offset
   (TMA loads of a tile that crosses into the next group read rows that the epilogue
   never stores); B is (N, K, groups); scales (N, ceil(K/c), groups), N contiguous.
-- Epilogue: alpha · acc + beta · C in fp32, rounded to f16, predicated stores to global.
+- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination, rounded
+  to f16, predicated stores to global.
 
 Constraints checked by ``check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
@@ -254,7 +255,8 @@ class GroupedMixedGemm:
     @cute.jit
     def _epilogue(self, acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile, alpha,
                   beta):
-        """D = alpha · acc + beta · C in fp32, rounded to f16; rows of this group only."""
+        """D = fma(alpha, acc, beta · C) in fp32 (CUTLASS's LinearCombination), rounded to
+        f16; rows of this group only."""
         tile_n, tile_m, _ = self.tile
         row_end = row_offsets[group + 1]
         n_total = cute.size(m_d, mode=[0])
@@ -262,5 +264,5 @@ class GroupedMixedGemm:
             n = n_tile * tile_n + acc_coords[i][0]
             row = row_offsets[group] + m_tile * tile_m + acc_coords[i][1]
             if n < n_total and row < row_end:
-                value = alpha * acc[i] + beta * m_c[(n, row)].to(cutlass.Float32)
-                m_d[(n, row)] = value.to(cutlass.Float16)
+                source = beta * m_c[(n, row)].to(cutlass.Float32)
+                m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
