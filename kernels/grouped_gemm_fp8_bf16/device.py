@@ -63,18 +63,19 @@ def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
     gemm = port.GroupedMixedGemm(scale_only=problem.mode == "scale_only")
     offsets = (problem.row_offsets.astype(np.int32), schedule.tile_offsets(problem.m, problem.n))
     scalars = (cutlass.Float32(problem.alpha), cutlass.Float32(problem.beta),
-               cutlass.Int32(problem.chunk), cutlass.Int32(min(int(offsets[1][-1]), sms)))
+               cutlass.Int32(problem.chunk), cutlass.Int32(max(1, min(int(offsets[1][-1]), sms))))
     stream = cuda.CUstream(0)
     compiled = {}
 
     def prepare(inputs):
         arrays = [jax.device_put(inputs[name]) for name in ("b", "a", "scale", "c")]
-        out = jnp.zeros(inputs["c"].shape, jnp.float16)
-        tensors = [from_dlpack(x, assumed_align=16)
-                   for x in (*arrays, out, *map(jax.device_put, offsets))]
+        out = jnp.zeros(inputs["c"].shape, jnp.float16)  # D, written in place
+        # JAX copies on its own streams: wait, so the kernel's stream sees the data.
+        arrays = jax.block_until_ready([*arrays, out, *map(jax.device_put, offsets)])
+        tensors = [from_dlpack(x, assumed_align=16) for x in arrays]
         if not compiled:
             compiled["kernel"] = cute.compile(gemm, *tensors, *scalars, stream)
-        return (tensors, out)
+        return (tensors, arrays[4])
 
     def call(tensors, out):
         compiled["kernel"](*tensors, *scalars, stream)

@@ -70,9 +70,6 @@ class GroupedProblem:
         """First row of each group in the stacked A, C and D, then the total."""
         return np.concatenate([[0], np.cumsum(self.m)]).astype(np.int64)
 
-    def flops(self) -> int:
-        return 2 * sum(self.m) * self.n * self.k
-
 
 def draw_m(groups: int, seed: int) -> tuple[int, ...]:
     """Per-group M as the example draws it (alignment · U{1..64}), from a numpy stream."""
