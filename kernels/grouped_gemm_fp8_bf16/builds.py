@@ -2,8 +2,9 @@
 
 The port and the C++ reference are each compiled once per run (cached in-process, and the
 reference also on disk by its inputs' hash); every point of the grid then records the
-same binary's facts, with the point's own tile count. Dynamic shared memory is checked
-against the sm_90 limit, so a build over budget fails naming its point.
+same binary's facts (and that one compile's seconds), with the point's own tile count.
+Dynamic shared memory is checked against the sm_90 limit, so a build over budget fails
+naming its point.
 """
 
 from __future__ import annotations
@@ -43,5 +44,5 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         "CUTLASS example 69 + casebook harness, compiled by nvcc"
         + (" (cached by its inputs' hash)" if built["cached"] else ""),
         built["compile_seconds"],
-        {**built["kernels"][problem.mode], "nvcc": built["nvcc"], "cached": built["cached"],
-         "binary": built["binary"], "tiles": tiles})]}
+        {**built["kernels"][problem.mode], "mode": problem.mode, "nvcc": built["nvcc"],
+         "cached": built["cached"], "binary": built["binary"], "tiles": tiles})]}

@@ -79,11 +79,18 @@ REGISTER_LIMIT = 255  # registers per thread an sm_90 kernel may use
 def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
     """Shared memory per configuration; beside it registers per thread, where the builds
     record them (read from the cubin)."""
-    rows = lowered_launches(ev)
-    registers = all("registers_per_thread" in r for r in rows)
+    launches = lowered_launches(ev)
+    registers = all("registers_per_thread" in r for r in launches)
+    # Points whose builds record the same resources share one bar (one compiled kernel).
+    same: dict[tuple, list[dict[str, Any]]] = {}
+    for r in launches:
+        key = (r["variant"], r["target"], r["dynamic_smem_bytes"], r.get("registers_per_thread"))
+        same.setdefault(key, []).append(r)
+    rows = [group[0] for group in same.values()]
+    labels = [f"{g[0]['variant']} @ {g[0]['point']}" if len(g) == 1 else
+              f"{g[0]['variant']} @ {len(g)} points ({g[0]['point']}, …)" for g in same.values()]
     fig, axes = plt.subplots(1, 2 if registers else 1, squeeze=False, sharey=True,
                              figsize=(9.6 if registers else 7.2, 0.28 * len(rows) + 1.4))
-    labels = [f"{r['variant']} @ {r['point']}" for r in rows]
     panels = [("dynamic shared memory per CTA (KiB)", [r["dynamic_smem_bytes"] / 1024
                                                        for r in rows],
                rows[0]["smem_limit_bytes"] / 1024, "KiB per block")]
@@ -109,8 +116,8 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
                        "per-block limit"
                        + ("; registers per thread from cuobjdump -res-usage of the cubin"
                           if registers else "")
-                       + ". Configurations marked build-only are compiled here and run "
-                         "only on a GPU host."}
+                       + ". Points with identical resources share a bar; configurations "
+                         "marked build-only are compiled here and run only on a GPU host."}
 
 
 def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
