@@ -118,8 +118,9 @@ def test_nan_and_shape_changes_never_pass():
 
 
 def test_the_example_rule_rejects_near_cancellation_that_the_bound_accepts():
-    want = np.array([1e-3, 5.0, 0.0])
-    got = np.array([1e-3 + 2e-5, 5.0 + 1e-3, 0.0])
-    assert numerics.example_rule_failures(got, want) == 1  # |D| < floor: needs 1e-6
+    want = np.array([4e-5, 5.0, 0.0, 1e-3])
+    got = np.array([4e-5 + 3e-6, 5.0 + 1e-3, 0.0, 1e-3 + 3e-5])
+    # |ref| + |D| < 1e-4 demands an error below 1e-6; else 1% of |ref| + |D|.
+    assert numerics.example_rule_failures(got, want) == 2
     p = grouped()
     assert numerics.compare(p, got, want, TOLERANCE)["passed"]
