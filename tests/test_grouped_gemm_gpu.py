@@ -31,6 +31,9 @@ def test_port_matches_example_69_bit_for_bit(point):
     port = run(device.port_runnable(grouped, sms=device.sm90_device()[1]), inputs)
     ex69 = run(device.reference_runnable(grouped, paths.build_dir(case.CASE)), inputs)
     assert np.array_equal(port, ex69)
+    # The library (the timed route) computes what the executable on files computes.
+    library = run(device.reference_library_runnable(grouped, paths.build_dir(case.CASE)), inputs)
+    assert np.array_equal(library, ex69)
     want = numerics.oracle(grouped, inputs)
     tolerance = SPEC["tolerances"]["e5m2_bf16"]
     assert numerics.compare(grouped, port, want, tolerance)["passed"]

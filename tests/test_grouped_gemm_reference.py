@@ -3,10 +3,12 @@
 The compile takes ~2 minutes and ~5 GB on 2 cores, so this module compiles it once (a
 module fixture) and checks everything on that one binary; the pipeline's build stage
 compiles it again in its own build tree (tests/test_workflow.py does not include this
-variant). The binary itself runs here only as --resources (host code, no GPU)."""
+variant). The binary itself runs here only as --resources (host code, no GPU), and its
+library (libex69.so) is loaded, not called."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,10 @@ def test_example_69_compiles_for_sm90a_with_its_resources(built):
         assert kernel["threads"] == 384 and kernel["stages"] > 1
         assert 0 < kernel["registers_per_thread"] <= 255 and kernel["local_bytes"] == 0
         assert set(kernel["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}
+    # The library the GPU host times through exports the harness's C entry points.
+    library = ctypes.CDLL(facts["library"])
+    for name in ("ex69_create", "ex69_run", "ex69_destroy", "ex69_last_error"):
+        assert callable(getattr(library, name))
     # ScaleOnly keeps scales in shared memory beside B: fewer stages fit.
     assert facts["kernels"]["scale_only"]["stages"] < facts["kernels"]["convert_only"]["stages"]
 

@@ -45,4 +45,5 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         + (" (cached by its inputs' hash)" if built["cached"] else ""),
         built["compile_seconds"],
         {**built["kernels"][problem.mode], "mode": problem.mode, "nvcc": built["nvcc"],
-         "cached": built["cached"], "binary": built["binary"], "tiles": tiles})]}
+         "cached": built["cached"], "binary": built["binary"], "library": built["library"],
+         "tiles": tiles})]}

@@ -3,15 +3,18 @@
 NOT YET RUN ON HARDWARE: no sm_90 GPU was available when this was written, so these
 paths are exercised only up to ``sm90_device`` (which finds none on a CPU host). The
 inputs go to the device as JAX arrays (jax[cuda13] is in the CUDA lock) and reach the
-port through DLPack; D is written in place into a zeroed JAX buffer that nothing else
-reads. The reference runs as a process on files (its harness), so its Runnable suits
-verification; its timing comes from CUDA events inside the harness, not the engine.
+port through DLPack, and to the reference's libex69.so as raw device pointers; D is
+written in place into a zeroed JAX buffer that nothing else reads. The reference is
+checked through its executable on input files (the route the bit-exact comparison
+takes) and timed through the library, launched on the default stream like the port.
 """
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -89,12 +92,16 @@ def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
                     stream=stream)
 
 
-def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
-    """Example 69's kernels through our harness: inputs to files, D back from a file."""
+def _built(build_dir: str) -> dict:
     built = reference.build(build_dir)
     if not built["built"]:
         raise RuntimeError(built["reason"])
-    binary = built["binary"]
+    return built
+
+
+def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
+    """Example 69's kernels through our harness: inputs to files, D back from a file."""
+    binary = _built(build_dir)["binary"]
 
     def prepare(inputs):
         folder = Path(tempfile.mkdtemp(prefix="ex69-", dir=build_dir))
@@ -117,3 +124,49 @@ def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
                                "interpret": False, "poisoned": False,
                                "race_detection": False})
 
+
+def _library(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.ex69_create.restype = ctypes.c_void_p
+    lib.ex69_create.argtypes = [*[ctypes.c_int] * 5, ctypes.c_float, ctypes.c_float,
+                                ctypes.POINTER(ctypes.c_int), *[ctypes.c_void_p] * 5]
+    lib.ex69_run.argtypes, lib.ex69_run.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    lib.ex69_destroy.argtypes = [ctypes.c_void_p]
+    lib.ex69_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def reference_library_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
+    """Example 69's kernels through libex69.so on device buffers: set up in ``prepare``
+    (pointer arrays, workspace, can_implement), one launch per ``call``."""
+    import cuda.bindings.driver as cuda
+    import jax
+    import jax.numpy as jnp
+
+    lib = _library(_built(build_dir)["library"])
+    rows = (ctypes.c_int * problem.groups)(*problem.m)
+    stream = cuda.CUstream(0)  # the legacy default stream; the library launches there
+
+    def prepare(inputs):
+        arrays = jax.block_until_ready([
+            *(jax.device_put(inputs[name]) for name in ("a", "b", "scale", "c")),
+            jnp.zeros(inputs["c"].shape, jnp.float16)])  # D, written in place
+        handle = lib.ex69_create(problem.groups, MODES[problem.mode], problem.n, problem.k,
+                                 problem.chunk, problem.alpha, problem.beta, rows,
+                                 *(x.unsafe_buffer_pointer() for x in arrays))
+        if not handle:
+            raise RuntimeError(f"ex69_create: {lib.ex69_last_error().decode()}")
+        weakref.finalize(arrays[4], lib.ex69_destroy, handle)
+        return (handle, arrays[4])
+
+    def call(handle, out):
+        if lib.ex69_run(handle, None):
+            raise RuntimeError(f"ex69_run: {lib.ex69_last_error().decode()}")
+        return out
+
+    return Runnable(prepare=prepare, call=call,
+                    sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
+                    execution={"mode": "CUTLASS example 69 kernel through libex69.so (GPU)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False},
+                    stream=stream)

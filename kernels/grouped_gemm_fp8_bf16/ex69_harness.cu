@@ -5,6 +5,8 @@
 // renamed) on a problem read from files, and writes D, so that the CuTe DSL port and the
 // reference can be compared on identical inputs. Our code; the example is not modified.
 //
+// Built twice from one object: the executable ex69_harness, and libex69.so (the same
+// launch on caller-owned device buffers and stream, for timing without files).
 // Usage: ex69_harness --resources    (no GPU needed)
 //        ex69_harness DIR [ITERATIONS]
 //   DIR/problem.txt  "groups mode n k c alpha beta" then one M per group
@@ -24,6 +26,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
 #include <string>
 
 #if !defined(CUTLASS_ARCH_MMA_MODIFIABLE_TMA_SM90_SUPPORTED)
@@ -79,32 +84,126 @@ cutlass::DeviceAllocation<T const*> pointers(T const* base, std::vector<int64_t>
   return to_device(host);
 }
 
-template <typename Gemm>
-int run(Problem const& p, std::string const& dir, int iterations) {
-  int64_t const scale_k = cutlass::ceil_div(p.k, p.c);
-  int64_t total_m = 0;
-  std::vector<int64_t> off_a, off_b, off_s, off_c;
-  std::vector<typename ProblemShape::UnderlyingProblemShape> shapes;
-  std::vector<StrideA> sa;
-  std::vector<StrideB> sb;
-  std::vector<StrideC> sc;
-  std::vector<StrideD> sd;
-  std::vector<StrideS> ss;
-  for (int g = 0; g < p.groups; ++g) {
-    int const m = p.m[g];
-    off_a.push_back(total_m * p.k);
-    off_b.push_back(int64_t(g) * p.n * p.k);
-    off_s.push_back(int64_t(g) * scale_k * p.n);
-    off_c.push_back(total_m * p.n);
-    total_m += m;
-    // The example's kernel computes the transposed problem: (N, M, K) per group.
-    shapes.push_back({p.n, m, p.k});
-    sa.push_back(cutlass::make_cute_packed_stride(StrideA{}, {m, p.k, 1}));
-    sb.push_back(cutlass::make_cute_packed_stride(StrideB{}, {p.n, p.k, 1}));
-    sc.push_back(cutlass::make_cute_packed_stride(StrideC{}, {p.n, m, 1}));
-    sd.push_back(cutlass::make_cute_packed_stride(StrideD{}, {p.n, m, 1}));
-    ss.push_back(cutlass::make_cute_packed_stride(StrideS{}, {p.n, int(scale_k), 1}));
+[[noreturn]] void raise(std::string const& what) { throw std::runtime_error(what); }
+
+void check(cutlass::Status status, char const* what) {
+  if (status != cutlass::Status::kSuccess) {
+    raise(std::string(what) + ": " + cutlassGetStatusString(status));
   }
+}
+
+// One mode's kernel bound to device buffers laid out as the files are; run() launches it.
+struct Launch {
+  virtual ~Launch() = default;
+  virtual void run(cudaStream_t stream) = 0;
+};
+
+template <typename Gemm>
+struct GemmLaunch : Launch {
+  cutlass::DeviceAllocation<MmaType const*> ptr_a;
+  cutlass::DeviceAllocation<QuantType const*> ptr_b;
+  cutlass::DeviceAllocation<ElementScale const*> ptr_s;
+  cutlass::DeviceAllocation<ElementC const*> ptr_c;
+  cutlass::DeviceAllocation<ElementC*> ptr_d;
+  cutlass::DeviceAllocation<typename ProblemShape::UnderlyingProblemShape> shapes;
+  cutlass::DeviceAllocation<StrideA> sa;
+  cutlass::DeviceAllocation<StrideB> sb;
+  cutlass::DeviceAllocation<StrideC> sc;
+  cutlass::DeviceAllocation<StrideD> sd;
+  cutlass::DeviceAllocation<StrideS> ss;
+  cutlass::device_memory::allocation<uint8_t> workspace;
+  Gemm gemm;
+
+  GemmLaunch(Problem const& p, MmaType const* a, QuantType const* b, ElementScale const* scale,
+             ElementC const* c, ElementC* d) {
+    int64_t const scale_k = cutlass::ceil_div(p.k, p.c);
+    int64_t row = 0;
+    std::vector<int64_t> off_a, off_b, off_s, off_c;
+    std::vector<typename ProblemShape::UnderlyingProblemShape> host_shapes;
+    std::vector<StrideA> host_sa;
+    std::vector<StrideB> host_sb;
+    std::vector<StrideC> host_sc;
+    std::vector<StrideD> host_sd;
+    std::vector<StrideS> host_ss;
+    for (int g = 0; g < p.groups; ++g) {
+      int const m = p.m[g];
+      off_a.push_back(row * p.k);
+      off_b.push_back(int64_t(g) * p.n * p.k);
+      off_s.push_back(int64_t(g) * scale_k * p.n);
+      off_c.push_back(row * p.n);
+      row += m;
+      // The example's kernel computes the transposed problem: (N, M, K) per group.
+      host_shapes.push_back({p.n, m, p.k});
+      host_sa.push_back(cutlass::make_cute_packed_stride(StrideA{}, {m, p.k, 1}));
+      host_sb.push_back(cutlass::make_cute_packed_stride(StrideB{}, {p.n, p.k, 1}));
+      host_sc.push_back(cutlass::make_cute_packed_stride(StrideC{}, {p.n, m, 1}));
+      host_sd.push_back(cutlass::make_cute_packed_stride(StrideD{}, {p.n, m, 1}));
+      host_ss.push_back(cutlass::make_cute_packed_stride(StrideS{}, {p.n, int(scale_k), 1}));
+    }
+    ptr_a = pointers(a, off_a);
+    ptr_b = pointers(b, off_b);
+    ptr_s = pointers(scale, off_s);
+    ptr_c = pointers(c, off_c);
+    std::vector<ElementC*> d_host;
+    for (int64_t off : off_c) d_host.push_back(d + off);
+    ptr_d = to_device(d_host);
+    shapes = to_device(host_shapes);
+    sa = to_device(host_sa);
+    sb = to_device(host_sb);
+    sc = to_device(host_sc);
+    sd = to_device(host_sd);
+    ss = to_device(host_ss);
+
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = 0;
+    hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);
+    typename Gemm::Arguments args;
+    decltype(args.epilogue.thread) fusion;
+    fusion.alpha = p.alpha;
+    fusion.beta = p.beta;
+    fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
+    fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
+    typename ProblemShape::UnderlyingProblemShape const* no_host_shapes = nullptr;
+    if constexpr (Gemm::CollectiveMainloop::KernelConversionMode ==
+                  Gemm::CollectiveMainloop::ConversionMode::DirectConvert) {
+      args = typename Gemm::Arguments{
+          cutlass::gemm::GemmUniversalMode::kGrouped,
+          {p.groups, shapes.get(), no_host_shapes},
+          {ptr_b.get(), sb.get(), ptr_a.get(), sa.get()},
+          {fusion, ptr_c.get(), sc.get(), ptr_d.get(), sd.get()},
+          hw_info};
+    } else {
+      args = typename Gemm::Arguments{
+          cutlass::gemm::GemmUniversalMode::kGrouped,
+          {p.groups, shapes.get(), no_host_shapes},
+          {ptr_b.get(), sb.get(), ptr_a.get(), sa.get(), ptr_s.get(), ss.get(), p.c},
+          {fusion, ptr_c.get(), sc.get(), ptr_d.get(), sd.get()},
+          hw_info};
+    }
+    workspace.reset(Gemm::get_workspace_size(args));
+    check(gemm.can_implement(args), "can_implement");
+    check(gemm.initialize(args, workspace.get()), "initialize");
+  }
+
+  void run(cudaStream_t stream) override { check(gemm.run(stream), "run"); }
+};
+
+std::unique_ptr<Launch> make_launch(Problem const& p, void const* a, void const* b,
+                                    void const* scale, void const* c, void* d) {
+  auto const* a_ = static_cast<MmaType const*>(a);
+  auto const* b_ = static_cast<QuantType const*>(b);
+  auto const* s_ = static_cast<ElementScale const*>(scale);
+  auto const* c_ = static_cast<ElementC const*>(c);
+  auto* d_ = static_cast<ElementC*>(d);
+  if (p.mode == 0) return std::make_unique<GemmLaunch<GemmConvertOnly>>(p, a_, b_, s_, c_, d_);
+  if (p.mode == 1) return std::make_unique<GemmLaunch<GemmScaleOnly>>(p, a_, b_, s_, c_, d_);
+  raise("mode must be 0 (ConvertOnly) or 1 (ScaleOnly)");
+}
+
+// The executable's path: inputs from files, D to a file.
+int run_files(Problem const& p, std::string const& dir, int iterations) {
+  int64_t const total_m = std::accumulate(p.m.begin(), p.m.end(), int64_t(0));
+  int64_t const scale_k = cutlass::ceil_div(p.k, p.c);
   auto a = to_device(read_array<MmaType>(dir + "/a.bin", total_m * p.k));
   auto b = to_device(read_array<QuantType>(dir + "/b.bin", size_t(p.groups) * p.n * p.k));
   auto c = to_device(read_array<ElementC>(dir + "/c.bin", total_m * p.n));
@@ -112,51 +211,8 @@ int run(Problem const& p, std::string const& dir, int iterations) {
   if (p.mode == 1) scale_host = read_array<ElementScale>(dir + "/scale.bin", scale_host.size());
   auto scale = to_device(scale_host);
   cutlass::DeviceAllocation<ElementC> d(total_m * p.n);
-  auto ptr_a = pointers(a.get(), off_a);
-  auto ptr_b = pointers(b.get(), off_b);
-  auto ptr_s = pointers(scale.get(), off_s);
-  auto ptr_c = pointers(c.get(), off_c);
-  std::vector<ElementC*> d_host;
-  for (int64_t off : off_c) d_host.push_back(d.get() + off);
-  auto ptr_d = to_device(d_host);
-  auto dev_shapes = to_device(shapes);
-  auto dev_sa = to_device(sa);
-  auto dev_sb = to_device(sb);
-  auto dev_sc = to_device(sc);
-  auto dev_sd = to_device(sd);
-  auto dev_ss = to_device(ss);
-
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.device_id = 0;
-  hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);
-  typename Gemm::Arguments args;
-  decltype(args.epilogue.thread) fusion;
-  fusion.alpha = p.alpha;
-  fusion.beta = p.beta;
-  fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
-  fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
-  typename ProblemShape::UnderlyingProblemShape const* no_host_shapes = nullptr;
-  if constexpr (Gemm::CollectiveMainloop::KernelConversionMode ==
-                Gemm::CollectiveMainloop::ConversionMode::DirectConvert) {
-    args = typename Gemm::Arguments{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {p.groups, dev_shapes.get(), no_host_shapes},
-        {ptr_b.get(), dev_sb.get(), ptr_a.get(), dev_sa.get()},
-        {fusion, ptr_c.get(), dev_sc.get(), ptr_d.get(), dev_sd.get()},
-        hw_info};
-  } else {
-    args = typename Gemm::Arguments{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {p.groups, dev_shapes.get(), no_host_shapes},
-        {ptr_b.get(), dev_sb.get(), ptr_a.get(), dev_sa.get(), ptr_s.get(), dev_ss.get(), p.c},
-        {fusion, ptr_c.get(), dev_sc.get(), ptr_d.get(), dev_sd.get()},
-        hw_info};
-  }
-  Gemm gemm;
-  cutlass::device_memory::allocation<uint8_t> workspace(Gemm::get_workspace_size(args));
-  CUTLASS_CHECK(gemm.can_implement(args));
-  CUTLASS_CHECK(gemm.initialize(args, workspace.get()));
-  CUTLASS_CHECK(gemm.run());
+  auto launch = make_launch(p, a.get(), b.get(), scale.get(), c.get(), d.get());
+  launch->run(nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<ElementC> out(total_m * p.n);
   d.copy_to_host(out.data());
@@ -167,7 +223,7 @@ int run(Problem const& p, std::string const& dir, int iterations) {
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     CUDA_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < iterations; ++i) CUTLASS_CHECK(gemm.run());
+    for (int i = 0; i < iterations; ++i) launch->run(nullptr);
     CUDA_CHECK(cudaEventRecord(stop));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
@@ -187,6 +243,43 @@ void print_resources(char const* mode) {
 
 }  // namespace harness
 
+// The library's path (libex69.so, loaded by kernels/grouped_gemm_fp8_bf16/device.py):
+// the same launch on device buffers the caller owns, run on the caller's stream. Errors
+// come back as a null handle or non-zero status, with the message from ex69_last_error.
+namespace {
+std::string last_error;
+}
+
+extern "C" {
+
+char const* ex69_last_error() { return last_error.c_str(); }
+
+void* ex69_create(int groups, int mode, int n, int k, int c, float alpha, float beta,
+                  int const* m, void const* a, void const* b, void const* scale,
+                  void const* c_in, void* d) {
+  try {
+    harness::Problem const p{groups, mode, n, k, c, alpha, beta, std::vector<int>(m, m + groups)};
+    return harness::make_launch(p, a, b, scale, c_in, d).release();
+  } catch (std::exception const& error) {
+    last_error = error.what();
+    return nullptr;
+  }
+}
+
+int ex69_run(void* launch, void* stream) {
+  try {
+    static_cast<harness::Launch*>(launch)->run(static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (std::exception const& error) {
+    last_error = error.what();
+    return 1;
+  }
+}
+
+void ex69_destroy(void* launch) { delete static_cast<harness::Launch*>(launch); }
+
+}  // extern "C"
+
 int main(int argc, char const** argv) {
   if (argc < 2) harness::fail("usage: ex69_harness --resources | DIR [ITERATIONS]");
   std::string const dir = argv[1];
@@ -195,9 +288,9 @@ int main(int argc, char const** argv) {
     harness::print_resources<GemmScaleOnly>("scale_only");
     return 0;
   }
-  int const iterations = argc > 2 ? std::atoi(argv[2]) : 0;
-  harness::Problem const p = harness::read_problem(dir);
-  if (p.mode == 0) return harness::run<GemmConvertOnly>(p, dir, iterations);
-  if (p.mode == 1) return harness::run<GemmScaleOnly>(p, dir, iterations);
-  harness::fail("mode must be 0 (ConvertOnly) or 1 (ScaleOnly)");
+  try {
+    return harness::run_files(harness::read_problem(dir), dir, argc > 2 ? std::atoi(argv[2]) : 0);
+  } catch (std::exception const& error) {
+    harness::fail(error.what());
+  }
 }

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -29,6 +30,8 @@ EXAMPLE_SOURCES = (EXAMPLE, EXAMPLE_DIR / "grouped_mixed_dtype_utils.hpp",
 # CUTLASS's release flags for an sm_90a example (-DNDEBUG as its CMake Release build).
 FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-gencode", "arch=compute_90a,code=sm_90a",
          "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1")
+PIC = ("-Xcompiler", "-fPIC")  # one object serves the executable and the shared library
+LINK_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a")
 INCLUDES = ("include", "tools/util/include", "examples/common",
             "examples/69_hopper_mixed_dtype_grouped_gemm")
 # The two grouped kernels' mangled names differ in the mainloop's element of B: ScaleOnly
@@ -50,33 +53,45 @@ def cache_key(version: str) -> str:
     digest = hashlib.sha256()
     for part in (HARNESS.read_bytes(), *(p.read_bytes() for p in EXAMPLE_SOURCES),
                  importlib.metadata.version("nvidia-cutlass").encode(),
-                 " ".join(FLAGS).encode(), version.encode()):
+                 " ".join((*FLAGS, *PIC, *LINK_FLAGS)).encode(), version.encode()):
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
 
 
-def compile_command(nvcc: Path, output: Path) -> list[str | Path]:
-    return [nvcc, *FLAGS, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
-            f"-L{toolkit.CUDA_ROOT / 'lib'}", HARNESS, "-o", output]
+def compile_commands(nvcc: Path, folder: Path) -> list[list[str | Path]]:
+    """Compile the harness once (position-independent), then link it twice: the
+    executable (files in, D out; --resources) and libex69.so (the launch on device
+    buffers and a stream, for timing)."""
+    obj, lib_dir = folder / "ex69_harness.o", f"-L{toolkit.CUDA_ROOT / 'lib'}"
+    return [[nvcc, *FLAGS, *PIC, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
+             "-c", HARNESS, "-o", obj],
+            [nvcc, *LINK_FLAGS, lib_dir, obj, "-o", folder / "ex69_harness"],
+            [nvcc, *LINK_FLAGS, "-shared", lib_dir, obj, "-o", folder / "libex69.so"]]
 
 
 @functools.cache
 def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
-    """The harness binary (compiled or found in the cache) and its resources, or why not."""
+    """The harness binary and library (compiled or found in the cache) and their
+    resources, or why not."""
     version = nvcc_version(nvcc)
     if version is None:
         return {"built": False, "reason": f"nvcc not found ({nvcc or 'not installed'}): the "
                                           "C++ reference is not built on this host"}
-    folder = Path(build_dir) / "ex69" / cache_key(version)
-    binary, facts_file = folder / "ex69_harness", folder / "compile.json"
+    final = Path(build_dir) / "ex69" / cache_key(version)
+    binary, facts_file = final / "ex69_harness", final / "compile.json"
     if facts_file.exists() and binary.exists():
         return {**json.loads(facts_file.read_text()), "cached": True}
-    folder.mkdir(parents=True, exist_ok=True)
+    partial = final.with_suffix(".partial")  # renamed when complete: never half a cache
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
     start = time.perf_counter()
-    toolkit.run(compile_command(nvcc, binary.with_suffix(".partial")), timeout=TIMEOUT_S)
-    binary.with_suffix(".partial").rename(binary)
-    facts = {"built": True, "binary": str(binary), "nvcc": version,
-             "compile_seconds": time.perf_counter() - start, "flags": list(FLAGS),
+    for command in compile_commands(nvcc, partial):
+        toolkit.run(command, timeout=TIMEOUT_S)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    facts = {"built": True, "binary": str(binary), "library": str(final / "libex69.so"),
+             "nvcc": version, "compile_seconds": seconds, "flags": list(FLAGS),
              "kernels": _resources(binary)}
     facts_file.write_text(json.dumps(facts, indent=1))
     return {**facts, "cached": False}
