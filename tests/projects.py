@@ -43,9 +43,8 @@ def tiny_moe_case() -> dict:
     return case
 
 
-def make_project(root: Path, case: dict, *more: dict) -> Path:
-    """A copy of the sources plus a tiny config of the given cases; returns the project
-    folder."""
+def make_project(root: Path, *cases: dict) -> Path:
+    """A copy of the sources plus a tiny config running ``cases``; the project folder."""
     project = root / "project"
     project.mkdir()
     for name in SOURCES:
@@ -55,11 +54,11 @@ def make_project(root: Path, case: dict, *more: dict) -> Path:
                                      if src.is_dir() else {}))
     case_dir = root / "cases"
     case_dir.mkdir()
-    for one in (case, *more):
-        (case_dir / f"{one['name']}.yaml").write_text(yaml.safe_dump(one))
+    for case in cases:
+        (case_dir / f"{case['name']}.yaml").write_text(yaml.safe_dump(case))
     (root / "tiny.yaml").write_text(yaml.safe_dump({
-        "cases": [one["name"] for one in (case, *more)], "case_dir": str(case_dir),
-        "target": "cpu", "measurement": MEASUREMENT}))
+        "cases": [case["name"] for case in cases], "case_dir": str(case_dir), "target": "cpu",
+        "measurement": MEASUREMENT}))
     return project
 
 

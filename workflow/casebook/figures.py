@@ -73,27 +73,51 @@ def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
     return rows
 
 
+REGISTER_LIMIT = 255  # registers per thread an sm_90 kernel may use
+
+
 def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
-    rows = lowered_launches(ev)
-    fig, ax = plt.subplots(figsize=(7.2, 0.28 * len(rows) + 1.4))
-    labels = [f"{r['variant']} @ {r['point']}" for r in rows]
-    values = [r["dynamic_smem_bytes"] / 1024 for r in rows]
-    limit = rows[0]["smem_limit_bytes"] / 1024
-    ax.barh(labels, values, color=["#2a7f62" if v <= limit else "#c0392b" for v in values])
-    ax.axvline(limit, color="black", linestyle="--", linewidth=1,
-               label=f"limit {limit:.0f} KiB per block")
-    ax.invert_yaxis()
-    ax.set_xlabel("dynamic shared memory per CTA (KiB), from the lowered module")
-    ax.legend(loc="lower right", fontsize=7)
+    """Shared memory per configuration; beside it registers per thread, where the builds
+    record them (read from the cubin)."""
+    launches = lowered_launches(ev)
+    registers = all("registers_per_thread" in r for r in launches)
+    # Points whose builds record the same resources share one bar (one compiled kernel).
+    same: dict[tuple, list[dict[str, Any]]] = {}
+    for r in launches:
+        key = (r["variant"], r["target"], r["dynamic_smem_bytes"], r.get("registers_per_thread"))
+        same.setdefault(key, []).append(r)
+    rows = [group[0] for group in same.values()]
+    labels = [f"{g[0]['variant']} @ {g[0]['point']}" if len(g) == 1 else
+              f"{g[0]['variant']} @ {len(g)} points ({g[0]['point']}, …)" for g in same.values()]
+    fig, axes = plt.subplots(1, 2 if registers else 1, squeeze=False, sharey=True,
+                             figsize=(9.6 if registers else 7.2, 0.28 * len(rows) + 1.4))
+    panels = [("dynamic shared memory per CTA (KiB)", [r["dynamic_smem_bytes"] / 1024
+                                                       for r in rows],
+               rows[0]["smem_limit_bytes"] / 1024, "KiB per block")]
+    if registers:
+        panels.append(("registers per thread", [r["registers_per_thread"] for r in rows],
+                       REGISTER_LIMIT, "per thread"))
+    for ax, (label, values, limit, unit) in zip(axes[0], panels, strict=True):
+        ax.barh(labels, values, color=["#2a7f62" if v <= limit else "#c0392b" for v in values])
+        ax.axvline(limit, color="black", linestyle="--", linewidth=1,
+                   label=f"limit {limit:.0f} {unit}")
+        ax.set_xlabel(label)
+        ax.legend(loc="lower right", fontsize=7)
+    axes[0][0].invert_yaxis()
     targets = ", ".join(sorted({r["target"] for r in rows}))
-    ax.set_title(f"Shared memory per configuration\nlowered for {targets} on "
+    title = "Shared memory and registers" if registers else "Shared memory"
+    fig.suptitle(f"{title} per configuration\nlowered for {targets} on "
                  f"{ev.target.upper()} · compiled, not run")
     _save(fig, path)
-    return {"title": "Shared memory per configuration",
-            "caption": "Dynamic shared memory of every lowered configuration (the "
-                       "gpu.launch operand of the Mosaic GPU module) against the per-block "
-                       "limit; configurations marked build-only are lowered here and run "
-                       "only on a GPU host."}
+    return {"title": f"{title} per configuration",
+            "caption": "Dynamic shared memory of every compiled configuration, as its build "
+                       "records it (the gpu.launch operand of a Mosaic GPU module; the "
+                       "shared-storage size of a CuTe DSL or CUTLASS kernel), against the "
+                       "per-block limit"
+                       + ("; registers per thread from cuobjdump -res-usage of the cubin"
+                          if registers else "")
+                       + ". Points with identical resources share a bar; configurations "
+                         "marked build-only are compiled here and run only on a GPU host."}
 
 
 def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ one results folder per machine::
     site/public/index.html, <case>.html, methods.html          the site's pages
     site/public/static/, site/public/figures/<case>/<target>/  its style and figures
     site/public/data/<target>/...                              raw records, as under results/
+    build/<case>/...                                           compilers' outputs and caches
 
 Paths are relative to the working directory (Snakemake's ``--directory``); sources
 (configs, schemas, kernels, templates) are relative to SOURCE_ROOT. Functions accept
@@ -38,6 +39,7 @@ TEMPLATE_DIR = SOURCE_ROOT / "site" / "templates"
 STATIC_DIR = SOURCE_ROOT / "site" / "static"
 
 RESULTS = "results"
+BUILD = "build"
 FIGURES = f"{RESULTS}/figures"
 SITE = "site/public"
 LOGS = "logs"
@@ -50,6 +52,11 @@ def lock_file(platform: str) -> Path:
 
 def kernel_dir(case: str) -> Path:
     return KERNELS_DIR / case
+
+
+def build_dir(case: str) -> str:
+    """A case's compiler outputs and caches (cubins, binaries); not committed."""
+    return f"{BUILD}/{case}"
 
 
 def target_dir(target: str) -> str:

@@ -36,8 +36,10 @@ def _verification(ev: Evidence) -> list[dict[str, str]]:
                 *not_run]
     interpreted = any(c["execution"]["interpret"] for r in ev.ran.values()
                       for c in r["checks"] if "execution" in c)
-    return [_phrase("verified in interpret mode" if interpreted
-                    else f"verified on {hardware(ev)}", "ok"), *not_run]
+    # Where some variants did not run, name the ones that were verified.
+    which = f"{', '.join(sorted({v for v, _ in ev.ran}))} " if not_run else ""
+    return [_phrase(f"{which}verified in interpret mode" if interpreted
+                    else f"{which}verified on {hardware(ev)}", "ok"), *not_run]
 
 
 def _versus(ev: Evidence) -> list[dict[str, str]]:
@@ -60,7 +62,8 @@ def _measurement(ev: Evidence) -> list[dict[str, str]]:
     if not any(r["timed"] for r in ev.time.values()):
         return [_phrase("not timed" if ev.host["gpus"] else "not measured on GPU", "warn")]
     if ev.interpreted or not ev.host["gpus"]:
-        return [_phrase("timed in interpret mode on the host CPU only", "warn"),
+        where = "in interpret mode on the host CPU" if ev.interpreted else "on the host CPU"
+        return [_phrase(f"timed {where} only", "warn"),
                 _phrase("not measured on GPU", "warn")]
     return [_phrase(f"measured on {hardware(ev)}", "ok"), *_versus(ev)]
 

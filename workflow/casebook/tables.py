@@ -98,16 +98,33 @@ def comparisons(ev: Evidence) -> str:
     return _html(rows, [False] * len(rows), f"compare-{ev.target}")
 
 
+def _run_here(ev: Evidence, launch: dict[str, Any]) -> str:
+    if launch["build_only"]:
+        return "no (build only)"
+    record = ev.verify.get((launch["variant"], launch["point"]))
+    if not record or not record["ran"]:
+        return "no"
+    interpreted = any(c.get("execution", {}).get("interpret") for c in record["checks"])
+    return "yes (interpreter)" if interpreted else "yes"
+
+
+def _dims(values: list[int] | None) -> str | None:
+    return " × ".join(map(str, values)) if values else None
+
+
 def lowering(ev: Evidence) -> str:
-    """What each variant was lowered to at each point: launch shape and shared memory."""
-    rows = [{"variant": r["variant"], "point": r["point"],
-             "run here": "no (build only)" if r["build_only"] else "yes (interpreter)",
-             "target": r["target"], "grid": " × ".join(map(str, r["grid"])),
-             "block": " × ".join(map(str, r["block"])),
+    """What each variant was compiled to at each point: launch shape, registers and shared
+    memory, as far as its build records them (columns no build records are left out)."""
+    rows = [{"variant": r["variant"], "point": r["point"], "run here": _run_here(ev, r),
+             "target": r["target"], "grid": _dims(r.get("grid")),
+             "block": _dims(r.get("block")),
+             "registers / thread": r.get("registers_per_thread"),
              "shared memory": f"{r['dynamic_smem_bytes']:,} B of {r['smem_limit_bytes']:,}",
-             "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()),
+             "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()) or None,
              "partial blocks from": r.get("mask_source")}
             for r in figures.lowered_launches(ev)]
+    shown = [k for k in rows[0] if any(row[k] is not None for row in rows)] if rows else []
+    rows = [{k: row[k] for k in shown} for row in rows]
     return _html(rows, [False] * len(rows), f"lowering-{ev.target}")
 
 

@@ -1,0 +1,110 @@
+"""Case 03, CUTLASS example 69 (Hopper fp8 e5m2 × bf16 grouped GEMM): the plug-in surface.
+
+Variants: ``model``, the kernel's arithmetic in numpy (runs on any host); ``cute_dsl``, the
+CuTe DSL port (``port``), compiled for sm_90a on any host; ``cutlass_ex69``, the example's
+own kernels through our harness, compiled by nvcc on any host. The two GPU variants run
+only on an sm_90 GPU (``device``). Baselines: XLA's bf16 ragged_dot on pre-converted B
+(without the work) and the C++ reference (the best alternative), both GPU-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from casebook import paths
+from casebook.cases import NotRunnable
+from kernels.grouped_gemm_fp8_bf16 import baselines, builds, device, numerics, problem, reference
+from kernels.runnable import Runnable
+
+CASE = "grouped_gemm_fp8_bf16"
+VARIANTS = ("model", "cute_dsl", "cutlass_ex69")
+BASELINES = ("xla_ragged_dot_bf16", "cutlass_ex69")
+NO_GPU = "kernel verification needs an sm_90 GPU; this host has none"
+
+
+def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return numerics.make_inputs(problem.from_params(params), rng)
+
+
+def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return numerics.oracle(problem.from_params(params), inputs)
+
+
+def check_params(params: dict[str, Any]) -> str | None:
+    """Why the grouped problem is invalid (shape, alignment, mode), or None."""
+    try:
+        problem.from_params(params)
+    except problem.ProblemError as error:
+        return str(error)
+    return None
+
+
+def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    _check_variant(variant)
+    return builds.build(variant, problem.from_params(params), paths.build_dir(CASE))
+
+
+def compare(params: dict[str, Any], output: str, got: np.ndarray, want: np.ndarray,
+            tolerance: dict[str, Any]) -> dict[str, Any]:
+    """The derived fp32 bound (numerics.compare), with the example's rule beside it."""
+    return numerics.compare(problem.from_params(params), got, want, tolerance)
+
+
+def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+    _check_variant(variant)
+    grouped = problem.from_params(params)
+    if variant == "model":
+        return model_runnable(grouped)
+    return _on_gpu(variant, grouped, purpose)
+
+
+def _on_gpu(name: str, grouped: problem.GroupedProblem, purpose: str) -> Runnable:
+    """A GPU variant or baseline; NotRunnable where no sm_90 GPU is found. Example 69 is
+    checked through its harness on files and timed through its library."""
+    found = device.sm90_device()
+    if found is None:
+        raise NotRunnable(NO_GPU)
+    if name == "cute_dsl":
+        return device.port_runnable(grouped, sms=found[1])
+    if name == "cutlass_ex69":
+        make = device.reference_runnable if purpose == "check" else \
+            device.reference_library_runnable
+        return make(grouped, paths.build_dir(CASE))
+    return baselines.ragged_dot_bf16(grouped)
+
+
+def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
+    """The numerics model as a Runnable: numpy on the host."""
+    return Runnable(prepare=lambda inputs: (inputs,),
+                    call=lambda inputs: numerics.model(grouped, inputs),
+                    sync=lambda out: None, fetch=np.asarray,
+                    execution={"mode": "numpy model of the kernel's arithmetic on the host "
+                                       "CPU (not a kernel)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False})
+
+
+def baseline(name: str, params: dict[str, Any]) -> Runnable:
+    if name not in BASELINES:
+        raise ValueError(f"unknown {CASE} baseline {name!r}; known: {BASELINES}")
+    return _on_gpu(name, problem.from_params(params), "time")
+
+
+def races_found() -> bool:
+    return False  # no interpreter runs here: the GPU variants run natively or not at all
+
+
+def reset() -> None:
+    """Nothing to reset: no interpreter state."""
+
+
+def reference_file() -> str:
+    """Example 69's source in the pinned nvidia-cutlass wheel (hashed into build records)."""
+    return str(reference.EXAMPLE)
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown {CASE} variant {variant!r}; known: {VARIANTS}")

@@ -1,0 +1,49 @@
+"""Stage 3 for each variant: what is built, and the resources the build records.
+
+The port and the C++ reference are each compiled once per run (cached in-process, and the
+reference also on disk by its inputs' hash); every point of the grid then records the
+same binary's facts (and that one compile's seconds), with the point's own tile count.
+Dynamic shared memory is checked against the sm_90 limit, so a build over budget fails
+naming its point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.grouped_gemm_fp8_bf16 import compile_port, port, reference, schedule
+from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem
+
+CUDA_TARGET = "cuda sm_90a"
+
+
+def _artifact(kind: str, seconds: float, facts: dict[str, Any]) -> dict[str, Any]:
+    smem = facts.get("dynamic_smem_bytes")
+    if smem is not None and smem > port.SMEM_LIMIT_BYTES:
+        raise ValueError(f"{smem} bytes of dynamic shared memory exceed the "
+                         f"{port.SMEM_LIMIT_BYTES}-byte limit")
+    return {"target": CUDA_TARGET, "kind": kind, "seconds": seconds,
+            "facts": {**facts, "smem_limit_bytes": port.SMEM_LIMIT_BYTES}}
+
+
+def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, Any]:
+    tiles = int(schedule.tile_offsets(problem.m, problem.n)[-1])
+    if variant == "model":
+        return {"artifacts": [{"target": "host", "kind": "numpy model (nothing to compile)",
+                               "seconds": 0.0, "facts": {"tiles": tiles}}]}
+    if variant == "cute_dsl":
+        port.check(problem)
+        facts = compile_port.build(problem.mode, build_dir)
+        return {"artifacts": [_artifact(
+            "CuTe DSL kernel compiled ahead of time (fake tensors, --keep-cubin), not run",
+            facts["compile_seconds"], {**facts, "tiles": tiles})]}
+    built = reference.build(build_dir)
+    if not built["built"]:
+        return {"artifacts": [], "not_built": built["reason"]}
+    return {"artifacts": [_artifact(
+        "CUTLASS example 69 + casebook harness, compiled by nvcc"
+        + (" (cached by its inputs' hash)" if built["cached"] else ""),
+        built["compile_seconds"],
+        {**built["kernels"][problem.mode], "mode": problem.mode, "nvcc": built["nvcc"],
+         "cached": built["cached"], "binary": built["binary"], "library": built["library"],
+         "tiles": tiles})]}

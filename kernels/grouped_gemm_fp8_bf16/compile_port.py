@@ -1,0 +1,90 @@
+"""Compile the port ahead of time for sm_90a, without a GPU: fake tensors, --keep-cubin.
+
+``build`` runs ``python -m kernels.grouped_gemm_fp8_bf16.compile_port MODE OUT_DIR`` in its
+own process: CuTe DSL reads its environment (architecture, dump and cache folders) at
+import, and a GPU intrinsic reached on the host aborts the whole process. The child
+writes OUT_DIR/port.json: compile seconds, the cubin's path and the dynamic shared memory
+(the size of the kernel's shared-storage struct; cuobjdump sees only static shared
+memory); the parent adds what cuobjdump reads from the cubin.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kernels.grouped_gemm_fp8_bf16 import toolkit
+from kernels.grouped_gemm_fp8_bf16.problem import ALIGNMENT
+
+KERNEL_NAME = "GroupedMixedGemm"  # in the kernel's generated (mangled) name
+TIMEOUT_S = 600
+
+
+
+def compile_port(mode: str, out_dir: Path) -> dict:
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from kernels.grouped_gemm_fp8_bf16 import port
+
+    def row_major(dtype, shape, **kwargs):
+        return make_fake_compact_tensor(dtype, shape, stride_order=tuple(
+            reversed(range(len(shape)))), **kwargs)
+
+    # Symbolic extents, so one compile serves every problem of a mode: N and K multiples
+    # of 16 (problem.ALIGNMENT), the rest any size.
+    n, k = (cute.sym_int(divisibility=ALIGNMENT) for _ in range(2))
+    g, rows, sk, offs = (cute.sym_int() for _ in range(4))
+    b = row_major(cutlass.Float8E5M2, (g, n, k), assumed_align=16)
+    a = row_major(cutlass.BFloat16, (rows, k), assumed_align=16)
+    scale = row_major(cutlass.BFloat16, (g, sk, n))
+    c = row_major(cutlass.Float16, (rows, n))
+    d = row_major(cutlass.Float16, (rows, n))
+    row_offsets = row_major(cutlass.Int32, (offs,))
+    tile_offsets = row_major(cutlass.Int32, (offs,))
+    gemm = port.GroupedMixedGemm(scale_only=mode == "scale_only")
+    start = time.perf_counter()
+    compiled = cute.compile(gemm, b, a, scale, c, d, row_offsets, tile_offsets,
+                            cutlass.Float32(1.0), cutlass.Float32(0.0), cutlass.Int32(512),
+                            cutlass.Int32(1), cuda.CUstream(0), options="--keep-cubin")
+    seconds = time.perf_counter() - start
+    cubins = sorted(out_dir.glob("*.cubin"), key=lambda p: p.stat().st_mtime)
+    if not cubins:
+        raise RuntimeError(f"cute.compile kept no cubin in {out_dir}")
+    facts = {"mode": mode, "compile_seconds": seconds, "cubin": str(cubins[-1]),
+             "dynamic_smem_bytes": int(gemm.storage.size_in_bytes()),
+             "threads": port.THREADS, "stages": gemm.stages,
+             "tile_nmk": list(gemm.tile), "compiled": type(compiled).__name__}
+    (out_dir / "port.json").write_text(json.dumps(facts, indent=1))
+    return facts
+
+
+@functools.cache
+def build(mode: str, build_dir: str) -> dict:
+    """Compile the port for ``mode`` in a child process; its facts and the cubin's."""
+    out_dir = Path(build_dir) / "cute_dsl" / mode
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*.cubin"):
+        stale.unlink()
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_DUMP_DIR": str(out_dir),
+           "CUTE_DSL_CACHE_DIR": str(out_dir / "cache"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", __name__, mode, str(out_dir)], env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    if done.returncode:
+        raise RuntimeError(f"CuTe DSL compile for {mode} exited {done.returncode}: "
+                           f"{(done.stdout + done.stderr).strip()[-3000:]}")
+    facts = json.loads((out_dir / "port.json").read_text())
+    cubin = Path(facts["cubin"])
+    (kernel,) = toolkit.kernel_resources(cubin, KERNEL_NAME)
+    return {**facts, **kernel, "sass_mma": toolkit.mma_instructions(cubin, KERNEL_NAME)}
+
+
+if __name__ == "__main__":
+    compile_port(sys.argv[1], Path(sys.argv[2]))

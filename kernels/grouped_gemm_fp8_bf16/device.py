@@ -1,0 +1,172 @@
+"""The GPU variants on a GPU host: the port through CuTe DSL, ex. 69 through its harness.
+
+NOT YET RUN ON HARDWARE: no sm_90 GPU was available when this was written, so these
+paths are exercised only up to ``sm90_device`` (which finds none on a CPU host). The
+inputs go to the device as JAX arrays (jax[cuda13] is in the CUDA lock) and reach the
+port through DLPack, and to the reference's libex69.so as raw device pointers; D is
+written in place into a zeroed JAX buffer that nothing else reads. The reference is
+checked through its executable on input files (the route the bit-exact comparison
+takes) and timed through the library, launched on the default stream like the port.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import tempfile
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from kernels.grouped_gemm_fp8_bf16 import port, reference, schedule
+from kernels.grouped_gemm_fp8_bf16.problem import MODES, GroupedProblem
+from kernels.runnable import Runnable
+
+HOPPER = (9, 0)  # compute capability the sm_90a binaries run on
+
+
+def sm90_device() -> tuple[str, int] | None:
+    """(name, SM count) of the first sm_90 GPU, or None. NVML answers first (it fails
+    cleanly where no driver is installed); the CUDA driver then gives the SM count."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        hopper = [i for i in range(pynvml.nvmlDeviceGetCount())
+                  if pynvml.nvmlDeviceGetCudaComputeCapability(
+                      pynvml.nvmlDeviceGetHandleByIndex(i)) == HOPPER]
+    finally:
+        pynvml.nvmlShutdown()
+    if not hopper:
+        return None
+    from cuda.bindings import driver
+
+    driver.cuInit(0)
+    _, device = driver.cuDeviceGet(hopper[0])
+    _, sms = driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)
+    _, name = driver.cuDeviceGetName(256, device)
+    return name.split(b"\0")[0].decode(), sms
+
+
+def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
+    """The CuTe DSL port, compiled for the actual tensors, launched on a persistent grid
+    of min(tiles, SMs) CTAs."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    import jax
+    import jax.numpy as jnp
+    from cutlass.cute.runtime import from_dlpack
+
+    gemm = port.GroupedMixedGemm(scale_only=problem.mode == "scale_only")
+    offsets = (problem.row_offsets.astype(np.int32), schedule.tile_offsets(problem.m, problem.n))
+    scalars = (cutlass.Float32(problem.alpha), cutlass.Float32(problem.beta),
+               cutlass.Int32(problem.chunk), cutlass.Int32(max(1, min(int(offsets[1][-1]), sms))))
+    stream = cuda.CUstream(0)
+    compiled = {}
+
+    def prepare(inputs):
+        arrays = [jax.device_put(inputs[name]) for name in ("b", "a", "scale", "c")]
+        out = jnp.zeros(inputs["c"].shape, jnp.float16)  # D, written in place
+        # JAX copies on its own streams: wait, so the kernel's stream sees the data.
+        arrays = jax.block_until_ready([*arrays, out, *map(jax.device_put, offsets)])
+        tensors = [from_dlpack(x, assumed_align=16) for x in arrays]
+        if not compiled:
+            compiled["kernel"] = cute.compile(gemm, *tensors, *scalars, stream)
+        return (tensors, arrays[4])
+
+    def call(tensors, out):
+        compiled["kernel"](*tensors, *scalars, stream)
+        return out
+
+    return Runnable(prepare=prepare, call=call,
+                    sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
+                    execution={"mode": "CuTe DSL kernel on the GPU (sm_90a)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False},
+                    stream=stream)
+
+
+def _built(build_dir: str) -> dict:
+    built = reference.build(build_dir)
+    if not built["built"]:
+        raise RuntimeError(built["reason"])
+    return built
+
+
+def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
+    """Example 69's kernels through our harness: inputs to files, D back from a file."""
+    binary = _built(build_dir)["binary"]
+
+    def prepare(inputs):
+        folder = Path(tempfile.mkdtemp(prefix="ex69-", dir=build_dir))
+        header = (f"{problem.groups} {MODES[problem.mode]} {problem.n} {problem.k} "
+                  f"{problem.chunk} {problem.alpha!r} {problem.beta!r}\n")
+        (folder / "problem.txt").write_text(header + " ".join(map(str, problem.m)) + "\n")
+        for name in ("a", "b", "scale", "c"):
+            inputs[name].tofile(folder / f"{name}.bin")
+        return (folder,)
+
+    def call(folder):
+        subprocess.run([binary, str(folder)], check=True, capture_output=True, timeout=600)
+        return folder
+
+    return Runnable(prepare=prepare, call=call, sync=lambda folder: None,
+                    fetch=lambda folder: np.fromfile(folder / "d.bin", np.float16).reshape(
+                        sum(problem.m), problem.n),
+                    execution={"mode": "CUTLASS example 69 kernel, run by our harness process "
+                                       "on input files (GPU)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False})
+
+
+def _library(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.ex69_create.restype = ctypes.c_void_p
+    lib.ex69_create.argtypes = [*[ctypes.c_int] * 5, ctypes.c_float, ctypes.c_float,
+                                ctypes.POINTER(ctypes.c_int), *[ctypes.c_void_p] * 5]
+    lib.ex69_run.argtypes, lib.ex69_run.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    lib.ex69_destroy.argtypes = [ctypes.c_void_p]
+    lib.ex69_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def reference_library_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
+    """Example 69's kernels through libex69.so on device buffers: set up in ``prepare``
+    (pointer arrays, workspace, can_implement), one launch per ``call``."""
+    import cuda.bindings.driver as cuda
+    import jax
+    import jax.numpy as jnp
+
+    lib = _library(_built(build_dir)["library"])
+    rows = (ctypes.c_int * problem.groups)(*problem.m)
+    stream = cuda.CUstream(0)  # the legacy default stream; the library launches there
+
+    def prepare(inputs):
+        arrays = jax.block_until_ready([
+            *(jax.device_put(inputs[name]) for name in ("a", "b", "scale", "c")),
+            jnp.zeros(inputs["c"].shape, jnp.float16)])  # D, written in place
+        handle = lib.ex69_create(problem.groups, MODES[problem.mode], problem.n, problem.k,
+                                 problem.chunk, problem.alpha, problem.beta, rows,
+                                 *(x.unsafe_buffer_pointer() for x in arrays))
+        if not handle:
+            raise RuntimeError(f"ex69_create: {lib.ex69_last_error().decode()}")
+        weakref.finalize(arrays[4], lib.ex69_destroy, handle)
+        return (handle, arrays[4])
+
+    def call(handle, out):
+        if lib.ex69_run(handle, None):
+            raise RuntimeError(f"ex69_run: {lib.ex69_last_error().decode()}")
+        return out
+
+    return Runnable(prepare=prepare, call=call,
+                    sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
+                    execution={"mode": "CUTLASS example 69 kernel through libex69.so (GPU)",
+                               "interpret": False, "poisoned": False,
+                               "race_detection": False},
+                    stream=stream)

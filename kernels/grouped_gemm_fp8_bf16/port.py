@@ -1,0 +1,268 @@
+"""The port: CUTLASS example 69's grouped fp8 e5m2 × bf16 GEMM in CuTe DSL for sm_90a.
+
+Algorithm (example 69's, in its swapped coordinates): per group, Dᵀ = alpha · dequant(B) ·
+Aᵀ + beta · Cᵀ, so the narrow operand B (N × K, fp8, K-major) is the MMA's A operand and
+the activations A (M × K, bf16, K-major) its B operand. The narrow operand is converted
+(and, in ScaleOnly mode, multiplied by its chunk's bf16 scale) in registers and fed to
+wgmma from registers (the RS form); the activations are read by wgmma from shared memory.
+
+- CTA tile 128 (N) × 16 (M) × 64 (K), as example 69; two consumer warpgroups of 64 rows of
+  N each; one producer warp issues TMA loads of the fp8 B tile and the bf16 A tile into
+  a ring of STAGES shared-memory buffers (mbarrier pipeline); 384 threads per CTA.
+- Persistent grouped schedule (``locate_tile``, the rule of ``schedule.locate``): a grid
+  of at most one CTA per SM walks the tiles of every group; per-group M comes from two
+  small device tensors (row offsets and tile offsets), so one compiled kernel serves any
+  set of group sizes.
+- Groups are stacked: A, C and D are (sum M, ·) with each group's rows at its row offset
+  (TMA loads of a tile that crosses into the next group read rows that the epilogue
+  never stores); B is (N, K, groups); scales (N, ceil(K/c), groups), N contiguous.
+- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination, rounded
+  to f16, predicated stores to global.
+
+Constraints checked by ``check``: K a multiple of 64, c a multiple of 64 (one scale per
+row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
+on hardware, so not measured): fp8 is copied from shared memory to registers element by
+element, scales are read from global memory (L1/L2) rather than staged by TMA, and the
+epilogue stores from registers instead of through shared memory with TMA.
+"""
+
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from kernels.grouped_gemm_fp8_bf16 import schedule
+from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
+
+TILE = (schedule.TILE_N, schedule.TILE_M, schedule.TILE_K)
+SMEM_LIMIT_BYTES = 232_448  # sm_90 dynamic shared memory per block (227 KiB)
+STAGES = 8  # depth of the TMA ring: 8 × 10 KiB, well inside the limit (see smem_bytes)
+THREADS = 384  # one producer warpgroup (one warp issues TMA) + two consumer warpgroups
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg split, as CUTLASS's sm90
+
+
+@cute.jit
+def locate_tile(tile, offsets, groups, n_tiles):
+    """``schedule.locate`` in CuTe DSL: (group, n tile, m tile) of linear tile ``tile``."""
+    group = tile * 0
+    for g in range(groups):
+        if offsets[g] <= tile:
+            group = g
+    local = tile - offsets[group]
+    return group, local % n_tiles, local // n_tiles
+
+
+
+def check(problem: GroupedProblem) -> None:
+    """Raise ProblemError naming the field when the port cannot run ``problem``."""
+    if problem.k % schedule.TILE_K:
+        raise ProblemError(f"k={problem.k} must be a multiple of {schedule.TILE_K} for the "
+                           "port (its K tile)")
+    if problem.chunk % schedule.TILE_K:
+        raise ProblemError(f"chunk={problem.chunk} must be a multiple of {schedule.TILE_K} "
+                           "for the port (one scale per row of a K tile)")
+
+
+class GroupedMixedGemm:
+    """Host side (``__call__``, a ``@cute.jit``) and device side (``kernel``)."""
+
+    def __init__(self, scale_only: bool, stages: int = STAGES):
+        self.scale_only = scale_only
+        self.stages = stages
+        self.tile = TILE
+
+    def make_tiled_mma(self) -> cute.TiledMma:
+        """Two warpgroups along N, bf16 × bf16 → fp32, the A operand (converted B) from
+        registers: wgmma m64n16k16 in its RS form."""
+        k_major = warpgroup.OperandMajorMode.K
+        return sm90_utils.make_trivial_tiled_mma(
+            cutlass.BFloat16, cutlass.BFloat16, k_major, k_major, cutlass.Float32,
+            (2, 1, 1), tiler_mn=(64, self.tile[1]), a_source=warpgroup.OperandSource.RMEM)
+
+    def _setup(self):
+        tile_n, tile_m, tile_k = self.tile
+        self.tiled_mma = self.make_tiled_mma()
+        self.b_smem_layout = self._staged_layout(cutlass.Float8E5M2, tile_n, tile_k)
+        self.a_smem_layout = self._staged_layout(cutlass.BFloat16, tile_m, tile_k)
+
+    def _staged_layout(self, dtype, rows, tile_k):
+        atom = warpgroup.make_smem_layout_atom(
+            sm90_utils.get_smem_layout_atom(utils.LayoutEnum.ROW_MAJOR, dtype, tile_k), dtype)
+        return cute.tile_to_shape(atom, (rows, tile_k, self.stages), order=(0, 1, 2))
+
+    def shared_storage(self):
+        """The kernel's shared-memory struct; its size is the dynamic shared memory."""
+        stages = self.stages
+
+        @cute.struct
+        class SharedStorage:
+            barriers: cute.struct.MemRange[cutlass.Int64, stages * 2]
+            b_tiles: cute.struct.Align[cute.struct.MemRange[
+                cutlass.Float8E5M2, cute.cosize(self.b_smem_layout)], 1024]
+            a_tiles: cute.struct.Align[cute.struct.MemRange[
+                cutlass.BFloat16, cute.cosize(self.a_smem_layout)], 1024]
+
+        return SharedStorage
+
+    @cute.jit
+    def __call__(self, b: cute.Tensor, a: cute.Tensor, scale: cute.Tensor, c: cute.Tensor,
+                 d: cute.Tensor, row_offsets: cute.Tensor, tile_offsets: cute.Tensor,
+                 alpha: cutlass.Float32, beta: cutlass.Float32, chunk: cutlass.Int32,
+                 grid_ctas: cutlass.Int32, stream):
+        """Tensors as numerics.make_inputs lays them out: b (G, N, K) fp8; a (sum M, K)
+        bf16; scale (G, ceil(K/c), N) bf16; c and d (sum M, N) f16; offsets (G + 1,)
+        int32. Viewed here in the kernel's swapped coordinates."""
+        b = cute.make_tensor(b.iterator, cute.select(b.layout, mode=[1, 2, 0]))  # (N, K, G)
+        scale = cute.make_tensor(scale.iterator, cute.select(scale.layout, mode=[2, 1, 0]))
+        c = cute.make_tensor(c.iterator, cute.select(c.layout, mode=[1, 0]))  # (N, sum M)
+        d = cute.make_tensor(d.iterator, cute.select(d.layout, mode=[1, 0]))
+        self._setup()
+        tile_n, tile_m, tile_k = self.tile
+        b_one = cute.slice_(self.b_smem_layout, (None, None, 0))
+        a_one = cute.slice_(self.a_smem_layout, (None, None, 0))
+        tma_b, tma_b_tensor = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), b, b_one, (tile_n, tile_k))
+        tma_a, tma_a_tensor = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), a, a_one, (tile_m, tile_k))
+        self.storage = self.shared_storage()
+        self.tx_bytes = (cute.size_in_bytes(cutlass.Float8E5M2, b_one)
+                         + cute.size_in_bytes(cutlass.BFloat16, a_one))
+        self.kernel(tma_b, tma_b_tensor, tma_a, tma_a_tensor, scale, c, d, row_offsets,
+                    tile_offsets, alpha, beta, chunk, self.tiled_mma, self.b_smem_layout,
+                    self.a_smem_layout).launch(
+            grid=[grid_ctas, 1, 1], block=[THREADS, 1, 1], min_blocks_per_mp=1,
+            smem=self.storage.size_in_bytes(), stream=stream)
+
+    @cute.kernel
+    def kernel(self, tma_b: cute.CopyAtom, m_b: cute.Tensor, tma_a: cute.CopyAtom,
+               m_a: cute.Tensor, m_scale: cute.Tensor, m_c: cute.Tensor, m_d: cute.Tensor,
+               row_offsets: cute.Tensor, tile_offsets: cute.Tensor, alpha: cutlass.Float32,
+               beta: cutlass.Float32, chunk: cutlass.Int32, tiled_mma: cute.TiledMma,
+               b_smem_layout: cute.ComposedLayout, a_smem_layout: cute.ComposedLayout):
+        tile_n, tile_m, tile_k = self.tile
+        tidx, _, _ = cute.arch.thread_idx()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        warpgroup_idx = cute.arch.make_warp_uniform(tidx // 128)
+        cta, _, _ = cute.arch.block_idx()
+        ctas, _, _ = cute.arch.grid_dim()
+        groups = cute.size(m_b, mode=[2])
+        n_total = cute.size(m_b, mode=[0])
+        n_tiles = (n_total + tile_n - 1) // tile_n
+        k_tiles = cute.size(m_b, mode=[1]) // tile_k
+        total_tiles = tile_offsets[groups]
+        if warp == 0:
+            cpasync.prefetch_descriptor(tma_b)
+            cpasync.prefetch_descriptor(tma_a)
+
+        storage = cutlass.utils.SmemAllocator().allocate(self.storage)
+        ring = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.barriers.data_ptr(), num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),
+            tx_count=self.tx_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        s_b = storage.b_tiles.get_tensor(b_smem_layout.outer, swizzle=b_smem_layout.inner)
+        s_a = storage.a_tiles.get_tensor(a_smem_layout.outer, swizzle=a_smem_layout.inner)
+        cute.arch.sync_threads()
+
+        if warpgroup_idx == 0:
+            cute.arch.setmaxregister_decrease(PRODUCER_REGISTERS)
+            if warp == 0:
+                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                     self.stages)
+                tile = cta
+                while tile < total_tiles:
+                    group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
+                    # This group's B, and A from the group's first row (ragged stacking).
+                    g_b = cute.local_tile(m_b[(None, None, group)], (tile_n, tile_k),
+                                          (n_tile, None))
+                    a_rows = cute.domain_offset((row_offsets[group], 0), m_a)
+                    g_a = cute.local_tile(a_rows, (tile_m, tile_k), (m_tile, None))
+                    t_sb, t_gb = cpasync.tma_partition(
+                        tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
+                        cute.group_modes(g_b, 0, 2))
+                    t_sa, t_ga = cpasync.tma_partition(
+                        tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+                        cute.group_modes(g_a, 0, 2))
+                    for k_tile in cutlass.range(k_tiles):
+                        ring.producer_acquire(state)
+                        barrier = ring.producer_get_barrier(state)
+                        cute.copy(tma_b, t_gb[(None, k_tile)], t_sb[(None, state.index)],
+                                  tma_bar_ptr=barrier)
+                        cute.copy(tma_a, t_ga[(None, k_tile)], t_sa[(None, state.index)],
+                                  tma_bar_ptr=barrier)
+                        ring.producer_commit(state)
+                        state.advance()
+                    tile += ctas
+                ring.producer_tail(state)
+        else:
+            cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
+            self._consume(ring, s_b, s_a, m_scale, m_c, m_d, row_offsets, tile_offsets,
+                          alpha, beta, chunk, tiled_mma, cta, ctas, groups, n_tiles,
+                          k_tiles, total_tiles, tidx - 128)
+
+    @cute.jit
+    def _consume(self, ring, s_b, s_a, m_scale, m_c, m_d, row_offsets, tile_offsets, alpha,
+                 beta, chunk, tiled_mma, cta, ctas, groups, n_tiles, k_tiles, total_tiles,
+                 thread):
+        """The two consumer warpgroups: convert and scale B in registers, wgmma, epilogue."""
+        tile_n, tile_m, tile_k = self.tile
+        thr_mma = tiled_mma.get_slice(thread)
+        t_sb = thr_mma.partition_A(s_b)  # (MMA, MMA_N, MMA_K, STAGE) fp8, this thread's
+        t_sa = thr_mma.partition_B(s_a)
+        t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_b)[(None, None, None, 0)])
+        t_rb = tiled_mma.make_fragment_B(t_sa)
+        # Coordinates (n, k) inside the tile of each element of this thread's B fragment,
+        # and (n, m) of each accumulator element.
+        b_coords = thr_mma.partition_A(cute.make_identity_tensor((tile_n, tile_k)))
+        acc_coords = thr_mma.partition_C(cute.make_identity_tensor((tile_n, tile_m)))
+        acc = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float32)
+        narrow = cute.make_rmem_tensor(t_ra.shape, cutlass.Float8E5M2)
+        scales = cute.make_rmem_tensor(t_ra.shape, cutlass.BFloat16)
+        k_blocks = cute.size(t_ra, mode=[2])
+        n_total = cute.size(m_scale, mode=[0])
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        tile = cta
+        while tile < total_tiles:
+            group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
+            acc.fill(0.0)
+            for k_tile in cutlass.range(k_tiles):
+                ring.consumer_wait(state)
+                cute.autovec_copy(t_sb[(None, None, None, state.index)], narrow)
+                if cutlass.const_expr(self.scale_only):
+                    chunk_idx = (k_tile * tile_k) // chunk
+                    for i in cutlass.range_constexpr(cute.size(scales)):
+                        n = n_tile * tile_n + b_coords[i][0]
+                        scales[i] = m_scale[(cutlass.min(n, n_total - 1), chunk_idx, group)]
+                    t_ra.store(narrow.load().to(cutlass.BFloat16) * scales.load())
+                else:
+                    t_ra.store(narrow.load().to(cutlass.BFloat16))
+                warpgroup.fence()
+                for kb in cutlass.range_constexpr(k_blocks):
+                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                    cute.gemm(tiled_mma, acc, t_ra[(None, None, kb)],
+                              t_rb[(None, None, kb, state.index)], acc)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                ring.consumer_release(state)
+                state.advance()
+            self._epilogue(acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile,
+                           alpha, beta)
+            tile += ctas
+
+    @cute.jit
+    def _epilogue(self, acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile, alpha,
+                  beta):
+        """D = fma(alpha, acc, beta · C) in fp32 (CUTLASS's LinearCombination), rounded to
+        f16; rows of this group only."""
+        tile_n, tile_m, _ = self.tile
+        row_end = row_offsets[group + 1]
+        n_total = cute.size(m_d, mode=[0])
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            n = n_tile * tile_n + acc_coords[i][0]
+            row = row_offsets[group] + m_tile * tile_m + acc_coords[i][1]
+            if n < n_total and row < row_end:
+                source = beta * m_c[(n, row)].to(cutlass.Float32)
+                m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)

@@ -1,0 +1,92 @@
+"""The grouped problem of CUTLASS example 69, described and checked (numpy only).
+
+Per group g: D_g = alpha · A_g @ dequant(B_g)ᵀ + beta · C_g, with A_g bf16 (M_g, K) row-major,
+B_g fp8 e5m2 (N, K) K-major, scales bf16 (N, ceil(K/c)) stored N-contiguous, C_g and D_g
+f16 (M_g, N) row-major. M varies per group; N, K, c, alpha and beta are shared, as on the
+example's command line. Mode ``convert_only`` (the example's 0) converts B to bf16;
+``scale_only`` (1) also multiplies each element by its chunk's scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+MODES = {"convert_only": 0, "scale_only": 1}  # name -> the example's --mode
+# TMA moves 16-byte aligned rows: K and N of the 8-bit operand in multiples of 16 elements;
+# the example draws M in multiples of the same alignment (128 bits / 8 bits).
+ALIGNMENT = 16
+# The example's M draw: alignment · (rand() % 64 + 1).
+M_DRAW_STEPS = 64
+
+
+class ProblemError(ValueError):
+    """A grouped problem the kernels cannot run; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedProblem:
+    m: tuple[int, ...]  # rows of A, C and D per group
+    n: int
+    k: int
+    chunk: int  # c: K elements per scale
+    mode: str
+    alpha: float = 1.0
+    beta: float = 0.0
+
+    def __post_init__(self):
+        if not self.m:
+            raise ProblemError("m: at least one group is needed")
+        for g, m in enumerate(self.m):
+            if not isinstance(m, int) or m < 0:
+                raise ProblemError(f"m[{g}]={m!r} must be a non-negative integer")
+        for name in ("n", "k", "chunk"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ProblemError(f"{name}={value!r} must be a positive integer")
+        for name in ("n", "k"):
+            if getattr(self, name) % ALIGNMENT:
+                raise ProblemError(f"{name}={getattr(self, name)} must be a multiple of "
+                                   f"{ALIGNMENT} (16-byte TMA alignment of fp8 rows)")
+        if self.mode not in MODES:
+            raise ProblemError(f"mode={self.mode!r} must be one of {sorted(MODES)}")
+        for name in ("alpha", "beta"):
+            if not np.isfinite(getattr(self, name)):
+                raise ProblemError(f"{name}={getattr(self, name)!r} must be finite")
+
+    @property
+    def groups(self) -> int:
+        return len(self.m)
+
+    @property
+    def scale_k(self) -> int:
+        """Scale columns per row of B: ceil(K / c)."""
+        return -(-self.k // self.chunk)
+
+    @property
+    def row_offsets(self) -> np.ndarray:
+        """First row of each group in the stacked A, C and D, then the total."""
+        return np.concatenate([[0], np.cumsum(self.m)]).astype(np.int64)
+
+
+def draw_m(groups: int, seed: int) -> tuple[int, ...]:
+    """Per-group M as the example draws it (alignment · U{1..64}), from a numpy stream."""
+    steps = np.random.default_rng(seed).integers(1, M_DRAW_STEPS + 1, size=groups)
+    return tuple(int(ALIGNMENT * s) for s in steps)
+
+
+def from_params(params: dict[str, Any]) -> GroupedProblem:
+    """The problem of a point's ``params``; ``m`` is a list, ``{groups, rows}`` (the same
+    M in every group) or ``{groups, seed}`` (M drawn as the example draws it)."""
+    m = params["m"]
+    if isinstance(m, list):
+        rows = tuple(m)
+    elif "rows" in m:
+        rows = (m["rows"],) * m["groups"]
+    else:
+        rows = draw_m(m["groups"], m["seed"])
+    return GroupedProblem(m=rows, n=params["n"], k=params["k"], chunk=params["chunk"],
+                          mode=params["mode"], alpha=float(params.get("alpha", 1.0)),
+                          beta=float(params.get("beta", 0.0)))

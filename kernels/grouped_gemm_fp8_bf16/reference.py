@@ -1,0 +1,110 @@
+"""The C++ reference: CUTLASS example 69 and our harness, compiled once with nvcc.
+
+``ex69_harness.cu`` includes the example's source from the pinned nvidia-cutlass wheel
+(its ``main`` renamed) and reuses its kernel types, so the binary runs exactly the
+example's kernels. A compile takes ~90-120 s and ~5 GB, so the binary is cached under
+the build tree by a hash of everything that determines it: the harness, the example's
+sources, the wheel's version, the flags and ``nvcc --version``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import time
+from pathlib import Path
+
+from kernels.grouped_gemm_fp8_bf16 import toolkit
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "ex69_harness.cu"
+CUTLASS_SOURCE = Path(__import__("cutlass_library").__file__).parent / "source"
+EXAMPLE_DIR = CUTLASS_SOURCE / "examples" / "69_hopper_mixed_dtype_grouped_gemm"
+EXAMPLE = EXAMPLE_DIR / "69_hopper_mixed_dtype_grouped_gemm.cu"
+# The example's own helpers, hashed with it (the CUTLASS headers are pinned by the version).
+EXAMPLE_SOURCES = (EXAMPLE, EXAMPLE_DIR / "grouped_mixed_dtype_utils.hpp",
+                   CUTLASS_SOURCE / "examples/55_hopper_mixed_dtype_gemm/mixed_dtype_utils.hpp")
+# CUTLASS's release flags for an sm_90a example (-DNDEBUG as its CMake Release build).
+FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-gencode", "arch=compute_90a,code=sm_90a",
+         "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1")
+PIC = ("-Xcompiler", "-fPIC")  # one object serves the executable and the shared library
+LINK_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a")
+INCLUDES = ("include", "tools/util/include", "examples/common",
+            "examples/69_hopper_mixed_dtype_grouped_gemm")
+# The two grouped kernels' mangled names differ in the mainloop's element of B: ScaleOnly
+# takes a (e5m2, bf16 scale) tuple. The example's dense check GEMM matches neither.
+KERNEL_NAMES = {"convert_only": "float_e5m2_tEEEEPNS",
+                "scale_only": "float_e5m2_tENS_10bfloat16_tEEEEPNS"}
+TIMEOUT_S = 1800
+NVCC = toolkit.tool("nvcc")
+
+
+def nvcc_version(nvcc: Path | None) -> str | None:
+    """The last line of ``nvcc --version`` (its build id), or None without an nvcc."""
+    if nvcc is None or not nvcc.exists():
+        return None
+    return toolkit.run([nvcc, "--version"]).strip().splitlines()[-1]
+
+
+def cache_key(version: str) -> str:
+    digest = hashlib.sha256()
+    for part in (HARNESS.read_bytes(), *(p.read_bytes() for p in EXAMPLE_SOURCES),
+                 importlib.metadata.version("nvidia-cutlass").encode(),
+                 " ".join((*FLAGS, *PIC, *LINK_FLAGS)).encode(), version.encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def compile_commands(nvcc: Path, folder: Path) -> list[list[str | Path]]:
+    """Compile the harness once (position-independent), then link it twice: the
+    executable (files in, D out; --resources) and libex69.so (the launch on device
+    buffers and a stream, for timing)."""
+    obj, lib_dir = folder / "ex69_harness.o", f"-L{toolkit.CUDA_ROOT / 'lib'}"
+    return [[nvcc, *FLAGS, *PIC, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
+             "-c", HARNESS, "-o", obj],
+            [nvcc, *LINK_FLAGS, lib_dir, obj, "-o", folder / "ex69_harness"],
+            [nvcc, *LINK_FLAGS, "-shared", lib_dir, obj, "-o", folder / "libex69.so"]]
+
+
+@functools.cache
+def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
+    """The harness binary and library (compiled or found in the cache) and their
+    resources, or why not."""
+    version = nvcc_version(nvcc)
+    if version is None:
+        return {"built": False, "reason": f"nvcc not found ({nvcc or 'not installed'}): the "
+                                          "C++ reference is not built on this host"}
+    final = Path(build_dir) / "ex69" / cache_key(version)
+    binary, facts_file = final / "ex69_harness", final / "compile.json"
+    if facts_file.exists() and binary.exists():
+        return {**json.loads(facts_file.read_text()), "cached": True}
+    partial = final.with_suffix(".partial")  # renamed when complete: never half a cache
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    start = time.perf_counter()
+    for command in compile_commands(nvcc, partial):
+        toolkit.run(command, timeout=TIMEOUT_S)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    facts = {"built": True, "binary": str(binary), "library": str(final / "libex69.so"),
+             "nvcc": version, "compile_seconds": seconds, "flags": list(FLAGS),
+             "kernels": _resources(binary)}
+    facts_file.write_text(json.dumps(facts, indent=1))
+    return {**facts, "cached": False}
+
+
+def _resources(binary: Path) -> dict[str, dict]:
+    """Per mode: registers (cuobjdump), dynamic shared memory, threads and stages (the
+    harness's --resources, host code only), and the wgmma forms in the SASS."""
+    per_mode = {}
+    for line in toolkit.run([binary, "--resources"]).splitlines():
+        mode, *pairs = line.split()
+        per_mode[mode] = {k: int(v) for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
+    for mode, name in KERNEL_NAMES.items():
+        (kernel,) = toolkit.kernel_resources(binary, name)
+        per_mode[mode].update(kernel, sass_mma=toolkit.mma_instructions(binary, name))
+    return per_mode

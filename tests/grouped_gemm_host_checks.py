@@ -1,0 +1,68 @@
+"""The port's host-side CuTe DSL logic, run on the CPU by @cute.jit (no launch).
+
+Run as ``python -m tests.grouped_gemm_host_checks CHECK`` in a child process (a GPU
+intrinsic reached on the host aborts the whole process); prints JSON on stdout:
+
+- ``schedule M,M,... N``: every tile's (group, n tile, m tile) from ``port.locate_tile``;
+- ``layout``: the (n, k) coordinates of each consumer thread's converted-B fragment and
+  the (n, m) coordinates of its accumulators, from the port's tiled MMA.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import cutlass
+import cutlass.cute as cute
+import numpy as np
+from cutlass.cute.runtime import from_dlpack
+
+from kernels.grouped_gemm_fp8_bf16 import port, schedule
+
+CONSUMER_THREADS = 256
+
+
+@cute.jit
+def tile_table(offsets: cute.Tensor, out: cute.Tensor, groups: cutlass.Int32,
+               n_tiles: cutlass.Int32):
+    for tile in range(offsets[groups]):
+        group, n_tile, m_tile = port.locate_tile(tile, offsets, groups, n_tiles)
+        out[(tile, 0)] = group
+        out[(tile, 1)] = n_tile
+        out[(tile, 2)] = m_tile
+
+
+@cute.jit
+def fragment_coordinates(b_out: cute.Tensor, acc_out: cute.Tensor):
+    tiled_mma = port.GroupedMixedGemm(scale_only=True).make_tiled_mma()
+    tile_n, tile_m, tile_k = port.TILE
+    for thread in range(cutlass.Int32(CONSUMER_THREADS)):
+        slice_ = tiled_mma.get_slice(thread)
+        b = slice_.partition_A(cute.make_identity_tensor((tile_n, tile_k)))
+        acc = slice_.partition_C(cute.make_identity_tensor((tile_n, tile_m)))
+        for i in cutlass.range_constexpr(cute.size(b)):
+            b_out[(thread, i, 0)] = b[i][0]
+            b_out[(thread, i, 1)] = b[i][1]
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            acc_out[(thread, i, 0)] = acc[i][0]
+            acc_out[(thread, i, 1)] = acc[i][1]
+
+
+def main(check: str, *args: str) -> object:
+    if check == "schedule":
+        m, n = tuple(int(x) for x in args[0].split(",")), int(args[1])
+        offsets = schedule.tile_offsets(m, n)
+        out = np.full((int(offsets[-1]), 3), -1, np.int32)
+        tile_table(from_dlpack(offsets), from_dlpack(out), len(m),
+                   schedule.ceil_div(n, schedule.TILE_N))
+        return out.tolist()
+    tile_n, tile_m, tile_k = port.TILE
+    b = np.full((CONSUMER_THREADS, tile_n * tile_k // CONSUMER_THREADS, 2), -1, np.int32)
+    acc = np.full((CONSUMER_THREADS, tile_n * tile_m // CONSUMER_THREADS, 2), -1, np.int32)
+    fragment_coordinates(from_dlpack(b), from_dlpack(acc))
+    return {"b": b.tolist(), "acc": acc.tolist()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(*sys.argv[1:])))

@@ -1,0 +1,87 @@
+"""Case 03's port on a CPU host: its host-side CuTe DSL logic (schedule, MMA layouts) run by
+@cute.jit in a child process, and its ahead-of-time compile for sm_90a."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kernels.grouped_gemm_fp8_bf16 import compile_port, port, schedule
+from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def host_check(*args: str):
+    """Run tests.grouped_gemm_host_checks in a child (GPU intrinsics abort a process)."""
+    done = subprocess.run([sys.executable, "-m", "tests.grouped_gemm_host_checks", *args],
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "CUTE_DSL_ARCH": "sm_90a",
+                               "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_schedule_in_numpy_walks_every_tile_once_group_after_group():
+    m, n = (16, 0, 40, 1024, 3), 2048
+    table = schedule.table(m, n)
+    n_tiles = n // schedule.TILE_N
+    expected = [(g, nt, mt) for g, rows in enumerate(m)
+                for mt in range(schedule.ceil_div(rows, schedule.TILE_M))
+                for nt in range(n_tiles)]
+    assert table.tolist() == [list(t) for t in expected]
+
+
+def test_the_kernels_schedule_matches_numpy_on_the_host():
+    m, n = (16, 0, 40, 1024, 3, 0), 2000  # empty groups, M and N off the tile grid
+    got = host_check("schedule", ",".join(map(str, m)), str(n))
+    assert got == schedule.table(m, n).tolist()
+
+
+def test_mma_fragments_cover_the_cta_tile_exactly_once():
+    """Each (n, k) of the 128 × 64 converted-B tile sits in exactly one consumer thread's
+    register fragment, and each (n, m) of the 128 × 16 accumulator tile likewise: the
+    coordinates the kernel uses for scales and the epilogue."""
+    got = host_check("layout")
+    tile_n, tile_m, tile_k = port.TILE
+    for name, shape in (("b", (tile_n, tile_k)), ("acc", (tile_n, tile_m))):
+        coords = np.array(got[name]).reshape(-1, 2)
+        hits = np.zeros(shape, int)
+        np.add.at(hits, (coords[:, 0], coords[:, 1]), 1)
+        assert (hits == 1).all(), name
+    # Warpgroup 0 holds rows 0..63 of N, warpgroup 1 rows 64..127 (two along N).
+    b = np.array(got["b"])
+    assert b[:128, :, 0].max() == 63 and b[128:, :, 0].min() == 64
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"k": 528}, "k=528 must be a multiple of 64"),
+    ({"chunk": 96}, "chunk=96 must be a multiple of 64"),
+])
+def test_the_port_rejects_what_it_cannot_tile(changes, message):
+    fields = {"m": (16,), "n": 256, "k": 512, "chunk": 128, "mode": "scale_only", **changes}
+    with pytest.raises(ProblemError, match=message):
+        port.check(GroupedProblem(**fields))
+
+
+@pytest.mark.parametrize("mode", ["convert_only", "scale_only"])
+def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
+    facts = compile_port.build(mode, str(tmp_path))
+    assert facts["cubin"].endswith(".sm_90a.cubin")
+    assert 0 < facts["dynamic_smem_bytes"] <= port.SMEM_LIMIT_BYTES
+    assert facts["threads"] == port.THREADS
+    assert 0 < facts["registers_per_thread"] <= 255 and facts["local_bytes"] == 0
+    # wgmma m64n16k16, bf16 inputs, fp32 accumulate: the mixed-input RS form (A registers).
+    assert set(facts["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}
+    sass = compile_port.toolkit.run([compile_port.toolkit.tool("cuobjdump"), "-sass",
+                                     facts["cubin"]])
+    mma = next(line for line in sass.splitlines() if "HGMMA" in line)
+    assert "gdesc[" in mma and mma.split("HGMMA.64x16x16.F32.BF16")[1].split(",")[1].strip(
+    ).startswith("R")  # A from a register, B from a shared-memory descriptor
+    assert "F2FP.F16.E5M2.UNPACK_B" in sass  # the fp8 conversion
+    assert ("HMUL2.BF16" in sass) == (mode == "scale_only")  # the bf16 scale multiply
