@@ -11,7 +11,7 @@
 #                         the Mosaic GPU interpreter, and the draws of case 01's
 #                         kernels (exact GEMMs, every variant) (a few minutes); results in
 #                         benchmarks/results/
-#   make lock             regenerate env/cpu.lock and env/cuda.lock from env/*.in
+#   make lock             regenerate env/cpu.lock, env/cuda.lock and env/reference.lock
 #   make clean            remove generated records, figures and the site
 
 LOCK ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
@@ -26,13 +26,15 @@ CHROMIUM := /usr/bin/chromium
 .PHONY: all run env test lint bench lock clean chromium
 all: run
 
-$(STAMP): env/$(LOCK).lock
+$(STAMP): env/$(LOCK).lock env/reference.lock
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found; env/$(LOCK).lock needs it" >&2; exit 1; }
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--require-hashes -r env/$(LOCK).lock
-	sha256sum env/$(LOCK).lock > $@
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		--require-hashes -r env/reference.lock
+	sha256sum env/$(LOCK).lock env/reference.lock > $@
 
 env: $(STAMP)
 
@@ -62,6 +64,8 @@ lock: env
 		--python-platform x86_64-manylinux_2_28 -o env/cpu.lock
 	$(BIN)/uv pip compile env/cuda.in --generate-hashes --no-header --python-version 3.12 \
 		--python-platform x86_64-manylinux_2_28 -o env/cuda.lock
+	$(BIN)/uv pip compile env/reference.in --no-deps --generate-hashes --no-header \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 -o env/reference.lock
 
 clean:
 	rm -rf results/cpu results/figures site/public logs .snakemake test-artifacts

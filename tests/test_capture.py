@@ -44,6 +44,8 @@ def test_capture_describes_this_interpreter():
     body = envcapture.capture("cpu")
     assert body["python"]["version"] == platform.python_version()
     assert body["lock"]["file"] == "env/cpu.lock"
+    assert body["reference_lock"]["file"] == "env/reference.lock"
+    assert "flashinfer-python" not in body["unlocked"]  # locked, by the reference lock
     assert body["matches_lock"] == (body["drift"] == [])
     assert body["packages"]["jax"]
 

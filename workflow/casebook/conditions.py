@@ -56,12 +56,11 @@ def hardware_software(ev: Evidence) -> list[str]:
     shown = [ev.spec["reference"]["package"], "jaxlib", "numpy", "nvidia-cutlass-dsl"]
     lines.append("Packages: " + ", ".join(f"{p} {packages[p]}" for p in dict.fromkeys(shown)
                                            if p in packages))
-    lock = env["lock"]
     state = ("matches the lock" if env["matches_lock"] else
              f"DRIFT from the lock in {len(env['drift'])} package(s): " + ", ".join(
                  f"{d['package']} {d['found'] or 'missing'} (locked {d['locked']})"
                  for d in env["drift"][:6]))
-    lines.append(f"Environment {state}: {lock['file']} (sha256 {lock['sha256'][:16]}…)")
+    lines.append(f"Environment {state}: {_locks(env)}")
     if env["tools"].get("nvcc"):
         lines.append(f"nvcc: {env['tools']['nvcc']}")
     return lines
@@ -206,13 +205,18 @@ def command(ev: Evidence) -> str:
             f"--forceall --config target={ev.target} -- {ev.case}")
 
 
+def _locks(env: dict[str, Any]) -> str:
+    """The lock files an environment was installed from, with their digests."""
+    found = [env["lock"], *([env["reference_lock"]] if "reference_lock" in env else [])]
+    return " + ".join(f"{lock['file']} (sha256 {lock['sha256'][:16]}…)" for lock in found)
+
+
 def reproduction(ev: Evidence) -> list[str]:
     commits = _commits(ev)
-    lock = ev.env["lock"]
     lines = [f"Project commit: {', '.join(commits)}",
              f"Command: {command(ev)}",
-             f"Pinned inputs: {lock['file']} (sha256 {lock['sha256'][:16]}…), "
-             f"case config and kernel sources sha256 {ev.current_sources_sha256[:16]}…"]
+             f"Pinned inputs: {_locks(ev.env)}, case config and kernel sources sha256 "
+             f"{ev.current_sources_sha256[:16]}…"]
     if any(c.endswith("-dirty") for c in commits):
         lines.append("WARNING: made from a working tree with uncommitted changes")
     if ev.stale:

@@ -75,7 +75,8 @@ def _tool_version(tool: str) -> str | None:
 def capture(lock_platform: str) -> dict[str, Any]:
     """The environment record body for the lock of ``lock_platform`` (cpu or cuda)."""
     lock = paths.lock_file(lock_platform)
-    locked = read_lock(lock)
+    references = read_lock(paths.REFERENCE_LOCK)
+    locked = {**read_lock(lock), **references}
     found = installed()
     mismatches = drift(locked, found)
     return {
@@ -89,7 +90,12 @@ def capture(lock_platform: str) -> dict[str, Any]:
             "platform": lock_platform,
             "file": str(lock.relative_to(paths.SOURCE_ROOT)),
             "sha256": provenance.file_sha256(lock),
-            "packages": len(locked),
+            "packages": len(locked) - len(references),
+        },
+        "reference_lock": {
+            "file": str(paths.REFERENCE_LOCK.relative_to(paths.SOURCE_ROOT)),
+            "sha256": provenance.file_sha256(paths.REFERENCE_LOCK),
+            "packages": len(references),
         },
         "matches_lock": not mismatches,
         "drift": mismatches,

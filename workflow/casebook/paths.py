@@ -50,6 +50,10 @@ def lock_file(platform: str) -> Path:
     return ENV_DIR / f"{platform}.lock"
 
 
+# Reference packages installed without their dependencies, for their sources only.
+REFERENCE_LOCK = ENV_DIR / "reference.lock"
+
+
 def kernel_dir(case: str) -> Path:
     return KERNELS_DIR / case
 

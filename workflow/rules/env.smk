@@ -4,6 +4,7 @@
 rule env:
     input:
         lock=lambda wildcards: str(paths.lock_file(lock_platform(wildcards.target))),
+        references=str(paths.REFERENCE_LOCK),
     output:
         paths.env_record("{target}"),
     params:
