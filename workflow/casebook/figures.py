@@ -73,10 +73,15 @@ def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
     return rows
 
 
+def launch_name(row: dict[str, Any]) -> str:
+    """The variant, and which of its kernels when it lowers to several (facts["kernel"])."""
+    return f"{row['variant']} {row['kernel']}" if row.get("kernel") else row["variant"]
+
+
 def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
     rows = lowered_launches(ev)
     fig, ax = plt.subplots(figsize=(7.2, 0.28 * len(rows) + 1.4))
-    labels = [f"{r['variant']} @ {r['point']}" for r in rows]
+    labels = [f"{launch_name(r)} @ {r['point']}" for r in rows]
     values = [r["dynamic_smem_bytes"] / 1024 for r in rows]
     limit = rows[0]["smem_limit_bytes"] / 1024
     ax.barh(labels, values, color=["#2a7f62" if v <= limit else "#c0392b" for v in values])

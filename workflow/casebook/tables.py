@@ -99,7 +99,7 @@ def comparisons(ev: Evidence) -> str:
 
 def lowering(ev: Evidence) -> str:
     """What each variant was lowered to at each point: launch shape and shared memory."""
-    rows = [{"variant": r["variant"], "point": r["point"],
+    rows = [{"variant": figures.launch_name(r), "point": r["point"],
              "run here": "no (build only)" if r["build_only"] else "yes (interpreter)",
              "target": r["target"], "grid": " × ".join(map(str, r["grid"])),
              "block": " × ".join(map(str, r["block"])),
