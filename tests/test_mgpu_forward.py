@@ -95,6 +95,17 @@ def test_mqa_with_dims_up_to_256_and_a_deeper_ring(rng, interpreter):
                   config=mgpu_forward.TuningConfig(block_q=64, block_kv=64, stages=3))
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["causal", "per_head"])
+def test_two_compute_warpgroups_and_a_producer(rng, interpreter, kind):
+    """FA3-style: 128-row q block, two consumer warpgroups, one TMA producer warpgroup
+    handing ring slots back and forth through consumed barriers (iota and tile masks)."""
+    mask = mask_of(kind, 2, rng)
+    q, k, v = inputs(rng, 2, 1, 64, 128, "float16")
+    run_and_check(interpreter, mask, q, k, v, seg=segments(rng), lse=True,
+                  config=mgpu_forward.TuningConfig(128, 64, 2, compute_wgs=2))
+
+
 @pytest.mark.timeout(240)
 def test_a_row_that_sees_no_key_gives_zero(rng, interpreter):
     dense_mask = np.tril(np.ones((S, S), bool))
@@ -167,10 +178,22 @@ def test_the_block_plan_rebuilds_every_mask_and_skips_empty_blocks(rng):
 
 
 @pytest.mark.parametrize("bad", [dict(block_q=96), dict(block_kv=100), dict(stages=0),
-                                 dict(block_kv=512)])
+                                 dict(block_kv=512), dict(compute_wgs=3),
+                                 dict(compute_wgs=2, block_q=64)])
 def test_bad_tuning_is_refused(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         mgpu_forward.TuningConfig(**bad)
+
+
+@pytest.mark.timeout(120)
+def test_two_compute_warpgroups_lower_with_a_producer_warpgroup():
+    params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 128,
+              "mask": {"kind": "causal"}, "dtype": "bfloat16",
+              "tiles": {"block_q": 128, "block_kv": 128, "stages": 2, "compute_wgs": 2}}
+    facts = mgpu.build("mgpu", params)["artifacts"][0]["facts"]
+    assert facts["grid"] == [4096 // 128, 16, 1]
+    assert facts["block"] == [384, 1, 1]  # 2 consumer warpgroups + 1 producer
+    assert facts["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
 
 
 def test_bad_problems_are_refused():
@@ -183,7 +206,7 @@ def test_bad_problems_are_refused():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("variant", mgpu.VARIANTS)
+@pytest.mark.parametrize("variant", mgpu.FORWARD_VARIANTS)
 @pytest.mark.parametrize(("seq_len", "head_dim", "mask"), [
     (4096, 256, {"kind": "causal"}), (32768, 64, {"kind": "local", "window": [4096, 0]})])
 def test_publishable_sizes_lower_for_sm90a_within_shared_memory(variant, seq_len, head_dim,

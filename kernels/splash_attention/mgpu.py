@@ -26,6 +26,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from kernels.splash_attention import (
     block_plan,
     lowering,
+    masks,
     mgpu_autodiff,
     mgpu_backward,
     mgpu_forward,
@@ -58,27 +59,46 @@ def reset_interpreter() -> None:
 
 
 def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
-    """The point's tile choice: ``params["tiles"]`` when given, else 64 x (128 | 64), 2."""
+    """The point's tile choice: ``params["tiles"]`` when given, else block_q 64, 2 stages
+    and the widest block_kv of (128, 64) whose shared memory fits the budget (with the
+    partial-tile ring, so both forward variants fit)."""
     given = params.get("tiles")
     if given:
         return mgpu_forward.TuningConfig(**given)
-    return mgpu_forward.TuningConfig(
-        block_q=64, block_kv=128 if params["head_dim"] <= 128 else 64, stages=2)
+    candidates = [mgpu_forward.TuningConfig(64, block_kv, 2) for block_kv in (128, 64)]
+    for config in candidates:
+        if (mgpu_forward.smem_bytes(problem(params), config, has_tiles=True)
+                <= mgpu_forward.SMEM_LIMIT_BYTES):
+            return config
+    return candidates[-1]  # over budget even so: build() fails naming it
 
 
 def backward_tuning(params: dict[str, Any]) -> mgpu_backward.BackwardConfig:
     """The backward's tile choice: ``params["bwd_tiles"]`` when given, else 64 x 64 with
-    a 2-stage ring (1 stage when head_dim > 128, to fit the dK/dV kernel's SMEM)."""
+    the deepest ring of (2, 1) stages whose dQ and dK/dV kernels both fit the budget."""
     given = params.get("bwd_tiles")
     if given:
         return mgpu_backward.BackwardConfig(**given)
-    return mgpu_backward.BackwardConfig(64, 64, 2 if params["head_dim"] <= 128 else 1)
+    candidates = [mgpu_backward.BackwardConfig(64, 64, stages) for stages in (2, 1)]
+    for config in candidates:
+        if max(mgpu_backward.smem_bytes(problem(params), config, has_tiles=False).values()) \
+                <= mgpu_forward.SMEM_LIMIT_BYTES:
+            return config
+    return candidates[-1]  # over budget even so: build() fails naming it
 
 
 def problem(params: dict[str, Any], return_lse: bool = False) -> mgpu_forward.Problem:
     s, d = params["seq_len"], params["head_dim"]
     return mgpu_forward.Problem(params["heads_q"], params["heads_kv"], s, s, d, d,
-                                params["dtype"], return_lse=return_lse)
+                                params["dtype"], soft_cap=params.get("soft_cap"),
+                                segment_ids=bool(params.get("segments")),
+                                return_lse=return_lse)
+
+
+def segment_ids(params: dict[str, Any]):
+    """upstream ``SegmentIds`` of the point's packed sequences, or None."""
+    ids = masks.segment_ids(params)
+    return None if ids is None else splash.SegmentIds(q=jnp.asarray(ids), kv=jnp.asarray(ids))
 
 
 @functools.lru_cache(maxsize=16)
@@ -130,8 +150,11 @@ def make(variant: str, params: dict[str, Any], interpret=None):
     forward = mgpu_forward.make(problem(params), tuning(params), plan(variant, params),
                                 interpret=interpret)
 
+    seg = segment_ids(params)
+    segments = () if seg is None else (seg.q, seg.kv)
+
     def attend(q, k, v):
-        return forward(q, jnp.swapaxes(k, 1, 2), v)
+        return forward(q, jnp.swapaxes(k, 1, 2), v, *segments)
 
     return attend
 
@@ -139,11 +162,13 @@ def make(variant: str, params: dict[str, Any], interpret=None):
 def make_backward(params: dict[str, Any], interpret=None):
     """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the port."""
     mask = _mask(params)
+    seg = segment_ids(params)
 
     def gradients(q, k, v, do):
         def attend(q, k, v):
             return mgpu_autodiff.splash_attention(
-                mask, q, k, v, config=tuning(params), bwd_config=backward_tuning(params),
+                mask, q, k, v, segment_ids=seg, soft_cap=params.get("soft_cap"),
+                config=tuning(params), bwd_config=backward_tuning(params),
                 interpret=interpret)
         _, vjp = jax.vjp(attend, q, k, v)
         return dict(zip(("dq", "dk", "dv"), vjp(do.astype(q.dtype)), strict=True))
@@ -176,7 +201,10 @@ def build_backward(params: dict[str, Any]) -> dict[str, Any]:
         block_plan.plan_dkv(mask, config.block_q, config.block_kv, params["heads_kv"]))
     q, k, v = arg_shapes(params)
     lse = jax.ShapeDtypeStruct((params["heads_q"], params["seq_len"]), jnp.float32)
-    lowered = lowering.lower_for_cuda(backward, (q, k, v, q, lse, q))
+    seg = segment_ids(params)
+    segments = () if seg is None else (seg.q, seg.kv)
+    lowered = lowering.lower_for_cuda(lambda *args: backward(*args, *segments),
+                                      (q, k, v, q, lse, q))
     tuning_facts = {"block_q": config.block_q, "block_kv": config.block_kv,
                     "stages": config.stages}
     return {
@@ -212,7 +240,8 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
             "seconds": lowered["seconds"],
             "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
                       "tuning": {"block_q": config.block_q, "block_kv": config.block_kv,
-                                 "stages": config.stages},
+                                 "stages": config.stages,
+                                 "compute_warpgroups": config.compute_wgs},
                       "mask_source": ("MaskInfo partial tiles (TMA)"
                                       if the_plan.mask_function is None
                                       else "upstream mask function on iota")}}],
