@@ -44,6 +44,10 @@ def test_shipped_case_loads_with_defaults(case_dir):
     (lambda d: d["tolerances"].pop("bfloat16"), "points.1.params.dtype", "no tolerance"),
     (lambda d: d["tolerances"]["float32"].update(reason="short"), "tolerances.float32.reason",
      "too short"),
+    (lambda d: d["tolerances"].update(float32={"out": {"atol": 0, "rtol": 0}}),
+     "tolerances.float32.out.reason", "required"),
+    (lambda d: d["tolerances"].update(float32={"Out": dict(d["tolerances"]["float16"])}),
+     "tolerances.float32", "does not match"),
     (lambda d: d["baselines"].append(dict(d["baselines"][0])), "baselines", "appears twice"),
     (lambda d: d.update(name="other"), "name", "file is"),
 ])
@@ -54,6 +58,14 @@ def test_bad_case_config_names_file_and_key(case_dir, change, key, message):
     assert caught.value.path == str(path)
     assert caught.value.key == key
     assert message in caught.value.message
+
+
+def test_per_output_tolerances_load(case_dir):
+    exact = {"atol": 0, "rtol": 0, "reason": "bit-exact by construction"}
+    edit(case_dir, lambda d: d["tolerances"].update(float32={"out": exact, "lse": exact}))
+    spec = config.load_case(case_dir, CASE)
+    assert config.tolerance(spec, "float32", "lse", "f") == exact
+    assert config.tolerance(spec, "float16", "lse", "f") == spec["tolerances"]["float16"]
 
 
 def test_unknown_case_lists_the_known_ones(case_dir):

@@ -81,7 +81,7 @@ def test_a_passing_verify_record_cannot_carry_failures(tmp_path):
     body = {"target": "cpu", "case": "c", "variant": "v", "point": "p", "params": {},
             "sources_sha256": "0" * 64, "oracle": "o",
             "tolerance": {"atol": 0, "rtol": 0, "reason": "r"}, "seed": 1, "trials": 1,
-            "checks": [{"purpose": "check", "trial": 0, "passed": True}],
+            "ran": True, "checks": [{"purpose": "check", "trial": 0, "passed": True}],
             "races_found": False, "max_abs_error": 0.0, "worst_error_over_tolerance": 0.0,
             "passed": True, "failures": ["a failure"]}
     with pytest.raises(CasebookError, match="failures"):

@@ -32,7 +32,7 @@ CPU_RULES = {"figures", "page", "methods", "static", "index"}
 MEASUREMENT_RULES = {"noise_floor", "time", "baseline"}
 # What a verify record says about correctness, apart from its fresh draws and errors.
 VERDICT = ("target", "case", "variant", "point", "params", "sources_sha256", "oracle",
-           "tolerance", "trials", "races_found", "passed", "failures")
+           "tolerance", "trials", "ran", "races_found", "passed", "failures")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,13 @@
 - ``races_found() -> bool`` and ``reset()``: the interpreter's race detector;
 - ``reference_file() -> str``: the upstream source actually used.
 
+Optional: ``compare(params, output, got, want, tolerance) -> dict | None``, a case's own
+check of one named output (None: the elementwise default, ``verify.compare``).
+
+``oracle`` returns one array or ``{output name: array}``; a kernel's ``fetch`` returns
+some of those names (a variant computing one stage returns that stage's outputs). A
+``kernel`` or ``baseline`` that cannot execute on this host raises ``NotRunnable``.
+
 Adding a case touches no pipeline code.
 """
 
@@ -19,6 +26,11 @@ from types import ModuleType
 
 from casebook import paths
 from casebook.errors import CasebookError
+
+
+class NotRunnable(Exception):
+    """This variant or baseline cannot execute on this host; the message says why."""
+
 
 SURFACE = ("make_inputs", "oracle", "check_params", "build", "kernel", "baseline",
            "races_found", "reset", "reference_file")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from casebook import config
 from casebook.evidence import Evidence
 from casebook.fmt import bytes_, seconds
 from casebook.measure import stats
@@ -69,13 +70,20 @@ def correctness(ev: Evidence) -> list[str]:
         return ["Not verified on this target: no verification record"]
     first = next(iter(ev.verify.values()))
     lines = [f"Oracle: {first['oracle']}"]
-    for dtype, tol in ev.spec["tolerances"].items():
-        lines.append(f"Tolerance ({dtype}): |out − oracle| ≤ {tol['atol']:g} + "
-                     f"{tol['rtol']:g}·|oracle|, elementwise. Why: {tol['reason']}")
+    for dtype, output, tol in config.tolerance_rows(ev.spec):
+        name = output or "out"
+        rule = (f"{name} bit-exact (equal to the oracle)" if tol["atol"] == tol["rtol"] == 0
+                else f"|{name} − oracle| ≤ {tol['atol']:g} + {tol['rtol']:g}·|oracle|, "
+                     f"elementwise")
+        lines.append(f"Tolerance ({dtype}): {rule}. Why: {tol['reason']}")
     modes = {c["execution"]["mode"] for r in ev.verify.values() for c in r["checks"]
              if "execution" in c}
-    lines.append("Checked in: " + "; ".join(sorted(modes)))
+    if modes:
+        lines.append("Checked in: " + "; ".join(sorted(modes)))
     for (variant, point), record in ev.verify.items():
+        if not record["ran"]:
+            lines.append(f"{variant} @ {point}: not run here: {record['not_run_reason']}")
+            continue
         worst = record["worst_error_over_tolerance"]
         verdict = "passed" if record["passed"] else "FAILED: " + "; ".join(record["failures"])
         lines.append(

@@ -104,6 +104,29 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
     return case
 
 
+def tolerance(spec: dict[str, Any], dtype: str, output: str, path: object) -> dict[str, Any]:
+    """The tolerance of ``output`` for ``dtype``: the dtype's one entry, or its entry for
+    that output."""
+    entry = spec["tolerances"][dtype]
+    if "atol" in entry:
+        return entry
+    if output not in entry:
+        raise CasebookError(path, f"tolerances.{dtype}.{output}",
+                            "no tolerance for this output of the kernel")
+    return entry[output]
+
+
+def tolerance_rows(spec: dict[str, Any]) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(dtype, output or None for all outputs, tolerance) for every entry of a case."""
+    rows: list[tuple[str, str | None, dict[str, Any]]] = []
+    for dtype, entry in spec["tolerances"].items():
+        if "atol" in entry:
+            rows.append((dtype, None, entry))
+        else:
+            rows += [(dtype, output, tol) for output, tol in entry.items()]
+    return rows
+
+
 def find(items: list[dict[str, Any]], name: str, path: object, group: str) -> dict[str, Any]:
     """The entry called ``name`` in a case's ``group`` list."""
     for item in items:

@@ -34,8 +34,19 @@ class Evidence:
         return [v["name"] for v in self.spec["variants"]]
 
     @property
+    def ran(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The verify records whose kernel executed on this host."""
+        return {key: r for key, r in self.verify.items() if r["ran"]}
+
+    @property
+    def not_run(self) -> dict[str, str]:
+        """Variant -> why it could not execute on this host."""
+        return {v: r["not_run_reason"] for (v, _), r in self.verify.items() if not r["ran"]}
+
+    @property
     def verified(self) -> bool:
-        return bool(self.verify) and all(r["passed"] for r in self.verify.values())
+        """Every kernel that executed here passed, and at least one did."""
+        return bool(self.ran) and all(r["passed"] for r in self.ran.values())
 
     @property
     def stale(self) -> bool:

@@ -42,7 +42,7 @@ def _save(fig: plt.Figure, path: str) -> None:
 def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     labels, values, colours = [], [], []
-    for (variant, point), record in ev.verify.items():
+    for (variant, point), record in ev.ran.items():
         worst = record["worst_error_over_tolerance"]
         labels.append(f"{variant}\n{point}")
         values.append(worst if worst is not None else float("nan"))
@@ -145,10 +145,12 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
     verified_points = [p for p in ev.points
                        if any(ev.verify.get((v, p), {}).get("passed") for v in ev.variants)]
     plans = []
-    if ev.verify:
+    nothing_ran = ("; ".join(f"{v} not run here: {why}" for v, why in ev.not_run.items())
+                   or "no verification records on this target")
+    if ev.ran:
         plans.append(("correctness", lambda path: correctness_figure(ev, path)))
     else:
-        withheld.append({"figure": "correctness", "reason": "no verification records"})
+        withheld.append({"figure": "correctness", "reason": nothing_ran})
     if lowered_launches(ev):
         plans.append(("build", lambda path: build_figure(ev, path)))
     if verified_points:
@@ -156,7 +158,7 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
     else:
         withheld.append({"figure": "timing", "reason": (
             "no point passed verification on this target: nothing is timed or published"
-            if ev.verify else "no verification records on this target")})
+            if ev.ran else nothing_ran)})
     for name, draw in plans:
         svg = paths.figure(case, target, name)
         meta = draw(svg)

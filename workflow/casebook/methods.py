@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from casebook import conditions, paths, records, verify
+from casebook import conditions, config, paths, records, verify
 from casebook.evidence import Evidence
 from casebook.measure import clocks, engine, stats, stopping
 
@@ -39,9 +39,10 @@ def measurement_rules() -> dict[str, str]:
 
 
 def tolerance_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"case": spec["name"], "dtype": dtype, "atol": f"{t['atol']:g}",
-             "rtol": f"{t['rtol']:g}", "draws per point": spec["verify"]["trials"],
-             "why": t["reason"].strip()} for dtype, t in spec["tolerances"].items()]
+    return [{"case": spec["name"], "dtype": dtype, "output": output or "every output",
+             "atol": f"{t['atol']:g}", "rtol": f"{t['rtol']:g}",
+             "draws per point": spec["verify"]["trials"], "why": t["reason"].strip()}
+            for dtype, output, t in config.tolerance_rows(spec)]
 
 
 def _measurements(ev: Evidence) -> list[dict[str, Any]]:

@@ -25,16 +25,19 @@ def _phrase(text: str, tone: str) -> dict[str, str]:
     return {"text": text, "tone": tone}
 
 
-def _verification(ev: Evidence) -> dict[str, str]:
-    if not ev.verify:
-        return _phrase("not verified", "warn")
+def _verification(ev: Evidence) -> list[dict[str, str]]:
+    not_run = [_phrase(f"{variant} not run here: {why}", "warn")
+               for variant, why in ev.not_run.items()]
+    if not ev.ran:
+        return not_run or [_phrase("not verified", "warn")]
     if not ev.verified:
-        failed = sum(not r["passed"] for r in ev.verify.values())
-        return _phrase(f"verification FAILED at {failed} of {len(ev.verify)} points", "bad")
-    interpreted = any(c["execution"]["interpret"] for r in ev.verify.values()
+        failed = sum(not r["passed"] for r in ev.ran.values())
+        return [_phrase(f"verification FAILED at {failed} of {len(ev.ran)} points", "bad"),
+                *not_run]
+    interpreted = any(c["execution"]["interpret"] for r in ev.ran.values()
                       for c in r["checks"] if "execution" in c)
-    return _phrase("verified in interpret mode" if interpreted
-                   else f"verified on {hardware(ev)}", "ok")
+    return [_phrase("verified in interpret mode" if interpreted
+                    else f"verified on {hardware(ev)}", "ok"), *not_run]
 
 
 def _versus(ev: Evidence) -> list[dict[str, str]]:
@@ -64,7 +67,7 @@ def _measurement(ev: Evidence) -> list[dict[str, str]]:
 
 def parts(ev: Evidence) -> list[dict[str, str]]:
     """Verified where, lowered for what, measured where and against what."""
-    found = [_verification(ev)]
+    found = _verification(ev)
     built = sorted({a["target"] for b in ev.builds.values() for p in b["points"]
                     for a in p.get("artifacts", []) if a["target"] != "host"})
     if built:

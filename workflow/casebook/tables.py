@@ -44,14 +44,15 @@ def verification(ev: Evidence, href: Href) -> str:
         worst = r["worst_error_over_tolerance"]
         rows.append({
             "variant": variant, "point": point,
-            "result": "passed" if r["passed"] else "FAILED",
+            "result": ("passed" if r["passed"] else "FAILED") if r["ran"]
+            else f"not run here: {r['not_run_reason']}",
             "draws": r["trials"],
             "max |error|": f"{r['max_abs_error']:.3g}",
             "worst error / tolerance": f"{worst:.3g}" if worst is not None else "undefined",
             "races": "yes" if r["races_found"] else "no",
             "seed": str(r["seed"]),
             "record": href(paths.verify_record(ev.target, ev.case, variant, point))})
-        failed.append(not r["passed"])
+        failed.append(r["ran"] and not r["passed"])
     return _html(rows, failed, f"verify-{ev.target}")
 
 

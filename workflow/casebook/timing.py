@@ -1,8 +1,8 @@
 """Stages 5 and 6: time the verified kernel, and the baselines, at one point.
 
-A point whose verification failed is never timed: its time record says so instead.
-Baselines are checked against the same oracle before they are timed, so a baseline
-that computes something else cannot win.
+A point whose verification failed, or that could not run on this host, is never
+timed: its time record says so instead. Baselines are checked against the same oracle
+before they are timed, so a baseline that computes something else cannot win.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     }
     if not checked["passed"]:
         table.write(samples_path, [])
-        return records.write(out, "time", {
-            **body, "timed": False,
-            "not_timed_reason": "verification failed: " + "; ".join(checked["failures"])})
+        why = (f"not run here: {checked['not_run_reason']}" if not checked["ran"] else
+               "verification failed: " + "; ".join(checked["failures"]))
+        return records.write(out, "time", {**body, "timed": False, "not_timed_reason": why})
     seed = verify.draw_seed()
     runnable = plugin.kernel(variant, params, "time")
     return records.write(out, "time", {
@@ -76,15 +76,21 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
                   settings: dict[str, Any], out: str, samples_path: str) -> dict[str, Any]:
     spec, path, params, plugin = _context(case_dir, case, point)
     entry = config.find(spec["baselines"], baseline, path, "baselines")
-    tol = spec["tolerances"][params["dtype"]]
-    seed = verify.draw_seed()
-    runnable = plugin.baseline(baseline, params)
-    inputs = plugin.make_inputs(params, np.random.default_rng(seed))
-    check = verify.compare(runnable.fetch(runnable.call(*runnable.prepare(inputs))),
-                           plugin.oracle(params, inputs), tol["atol"], tol["rtol"])
     body = {"target": target, "case": case, "baseline": baseline, "point": point,
-            "role": entry["role"], "description": entry["description"], "params": params,
-            "seed": seed, "execution": runnable.execution, "check": check}
+            "role": entry["role"], "description": entry["description"], "params": params}
+    try:
+        runnable = plugin.baseline(baseline, params)
+    except cases.NotRunnable as reason:
+        table.write(samples_path, [])
+        return records.write(out, "baseline", {
+            **body, "timed": False, "not_timed_reason": f"not run here: {reason}"})
+    seed = verify.draw_seed()
+    inputs = plugin.make_inputs(params, np.random.default_rng(seed))
+    check = verify.check_outputs(
+        params, runnable.fetch(runnable.call(*runnable.prepare(inputs))),
+        plugin.oracle(params, inputs), verify.tolerance_of(spec, params, path),
+        getattr(plugin, "compare", None))
+    body.update(seed=seed, execution=runnable.execution, check=check)
     if not check["passed"]:
         table.write(samples_path, [])
         return records.write(out, "baseline", {

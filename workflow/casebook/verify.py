@@ -1,9 +1,15 @@
-"""Stage 4, verify: the kernel against the float64 oracle on fresh seeded inputs."""
+"""Stage 4, verify: the kernel against the float64 oracle on fresh seeded inputs.
+
+The oracle may answer several named outputs; a kernel returns some of them and each is
+checked against its own tolerance. A kernel that cannot execute on this host
+(``cases.NotRunnable``) gets a record that says so: not run, which is not a failure.
+"""
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,6 +18,9 @@ from casebook import cases, config, provenance, records
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
 SEED_VARIABLE = "CASEBOOK_SEED"  # set to replay a recorded draw
+SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
+
+Tolerance = Callable[[str], dict[str, Any]]  # output name -> {atol, rtol, reason}
 
 
 def draw_seed() -> int:
@@ -20,25 +29,68 @@ def draw_seed() -> int:
     return int(fixed) if fixed else secrets.randbits(63)
 
 
+def named(outputs: Any) -> dict[str, np.ndarray]:
+    """Outputs as ``{name: array}``: a bare array is the single output ``out``."""
+    if isinstance(outputs, dict):
+        return {name: np.asarray(value) for name, value in outputs.items()}
+    return {SINGLE_OUTPUT: np.asarray(outputs)}
+
+
 def compare(out: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict[str, Any]:
-    """Elementwise |out - want| <= atol + rtol |want|; NaN or a shape change never pass."""
+    """Elementwise |out - want| <= atol + rtol |want| (atol = rtol = 0: bit-exact); NaN or
+    a shape change never pass."""
     if out.shape != want.shape:
         return {"passed": False, "error": f"shape {out.shape} != oracle {want.shape}",
                 "nan_count": 0, "max_abs_error": None, "max_rel_error": None,
                 "worst_error_over_tolerance": None}
-    out = out.astype(np.float64)
-    err = np.abs(out - want)
-    bound = atol + rtol * np.abs(want)
+    out, want = out.astype(np.float64), want.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err = np.abs(out - want)  # NaN where either side is NaN or both are inf
+        ratio = np.where(err == 0, 0.0, err / (atol + rtol * np.abs(want)))
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)  # NaN never passes
     nan_count = int(np.count_nonzero(~np.isfinite(out)))
-    ratio = np.where(np.isfinite(err), err / bound, np.inf)
+    finite = np.where(np.isfinite(err), err, 0.0)
+    scale = np.maximum(np.abs(want), atol or np.finfo(np.float64).tiny)
+    worst = float(np.max(ratio, initial=0.0))
     return {
-        "passed": nan_count == 0 and bool(np.all(ratio <= 1)),
+        "passed": nan_count == 0 and worst <= 1,
         "nan_count": nan_count,
-        "max_abs_error": float(np.max(np.where(np.isfinite(err), err, 0.0))),
-        "max_rel_error": float(np.max(np.where(np.isfinite(err), err, 0.0)
-                                      / np.maximum(np.abs(want), atol))),
-        "worst_error_over_tolerance": float(np.max(ratio)) if nan_count == 0 else None,
+        "max_abs_error": float(np.max(finite, initial=0.0)),
+        "max_rel_error": float(np.max(finite / scale, initial=0.0)),
+        "worst_error_over_tolerance": worst if nan_count == 0 and np.isfinite(worst) else None,
     }
+
+
+def check_outputs(params: dict[str, Any], got: Any, want: Any, tolerance: Tolerance,
+                  own_compare: Callable[..., dict[str, Any] | None] | None = None
+                  ) -> dict[str, Any]:
+    """Every output the kernel returned against the oracle's output of that name, and the
+    worst of them; an output the oracle lacks, or none at all, fails."""
+    got, want = named(got), named(want)
+    outputs: dict[str, dict[str, Any]] = {}
+    for name, value in got.items():
+        if name not in want:
+            outputs[name] = {"passed": False, "error": f"the oracle has no output {name!r} "
+                             f"(it has {sorted(want)})", "nan_count": 0,
+                             "max_abs_error": None, "worst_error_over_tolerance": None}
+            continue
+        tol = tolerance(name)
+        check = own_compare(params, name, value, want[name], tol) if own_compare else None
+        outputs[name] = check if check is not None else compare(
+            value, want[name], tol["atol"], tol["rtol"])
+    if not outputs:
+        return {"passed": False, "error": "the kernel returned no outputs", "outputs": {}}
+    errors = [f"{name}: {c['error']}" for name, c in outputs.items() if c.get("error")]
+    worst = [c["worst_error_over_tolerance"] for c in outputs.values()]
+    found = {
+        "passed": all(c["passed"] for c in outputs.values()),
+        "nan_count": sum(c.get("nan_count") or 0 for c in outputs.values()),
+        "max_abs_error": max((c["max_abs_error"] for c in outputs.values()
+                              if c.get("max_abs_error") is not None), default=None),
+        "worst_error_over_tolerance": None if None in worst else max(worst),
+        "outputs": outputs,
+    }
+    return {**found, "error": "; ".join(errors)} if errors else found
 
 
 def _failure(check: dict[str, Any]) -> str:
@@ -47,16 +99,25 @@ def _failure(check: dict[str, Any]) -> str:
     elif check["nan_count"]:
         why = f"{check['nan_count']} non-finite outputs"
     else:
-        why = f"error {check['worst_error_over_tolerance']:.3g}× the tolerance"
+        bad = [name for name, c in check.get("outputs", {}).items() if not c["passed"]]
+        worst = check["worst_error_over_tolerance"]
+        why = ((f"error {worst:.3g}× the tolerance" if worst is not None
+                else "not equal where the tolerance is exact")
+               + (f" ({', '.join(bad)})" if bad else ""))
     return f"{check['purpose']} trial {check['trial']}: {why}"
 
 
-def _trial(runnable, inputs, want, tol) -> dict[str, Any]:
+def _trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[str, Any]:
     try:
-        out = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
+        got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
         return {"passed": False, "error": f"{type(error).__name__}: {error}"}
-    return compare(out, want, tol["atol"], tol["rtol"])
+    return check_outputs(params, got, want, tolerance, own_compare)
+
+
+def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> Tolerance:
+    """The case's tolerance lookup for the dtype of ``params``."""
+    return lambda output: config.tolerance(spec, params["dtype"], output, path)
 
 
 def run(case_dir: str, case: str, variant: str, point: str, target: str,
@@ -65,42 +126,56 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     path = config.case_path(case_dir, case)
     config.find(spec["variants"], variant, path, "variants")
     params = config.find(spec["points"], point, path, "points")["params"]
-    tol = spec["tolerances"][params["dtype"]]
-    plugin = cases.load(case)
+    return records.write(out, "verify", {
+        "target": target, "case": case, "variant": variant, "point": point,
+        "params": params, "sources_sha256": provenance.case_sources_sha256(case, path),
+        **check_point(cases.load(case), variant, params, spec, path)})
+
+
+def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[str, Any],
+                path: object) -> dict[str, Any]:
+    """What verification found for ``variant`` at ``params``: the body of a verify record."""
+    tolerance = tolerance_of(spec, params, path)
+    own_compare = getattr(plugin, "compare", None)
     seed = draw_seed()
     streams = np.random.SeedSequence(seed).spawn(spec["verify"]["trials"])
-    checks = []
+    checks: list[dict[str, Any]] = []
+    not_run = None
     why_not = plugin.check_params(params)
     if why_not:
         checks.append({"purpose": "check", "trial": 0, "passed": False, "error": why_not})
     else:
         plugin.reset()
-        for purpose in ("check", "time"):
-            runnable = plugin.kernel(variant, params, purpose)
+        try:
+            runnables = {p: plugin.kernel(variant, params, p) for p in ("check", "time")}
+        except cases.NotRunnable as reason:
+            runnables, not_run = {}, str(reason)
+        for purpose, runnable in runnables.items():
             for trial, stream in enumerate(streams):
                 inputs = plugin.make_inputs(params, np.random.default_rng(stream))
                 want = plugin.oracle(params, inputs)
                 checks.append({"purpose": purpose, "trial": trial,
                                "execution": runnable.execution,
-                               **_trial(runnable, inputs, want, tol)})
+                               **_trial(runnable, params, inputs, want, tolerance,
+                                        own_compare)})
     races = plugin.races_found()
     failures = [_failure(c) for c in checks if not c["passed"]]
     if races:
         failures.append("the interpreter's race detector reported a race")
     worst = [c["worst_error_over_tolerance"] for c in checks
              if c.get("worst_error_over_tolerance") is not None]
-    return records.write(out, "verify", {
-        "target": target, "case": case, "variant": variant, "point": point,
-        "params": params,
-        "sources_sha256": provenance.case_sources_sha256(case, path),
+    return {
         "oracle": ORACLE,
-        "tolerance": tol,
+        "tolerance": spec["tolerances"][params["dtype"]],
         "seed": seed,
         "trials": len(streams),
+        "ran": not_run is None,
+        **({"not_run_reason": not_run} if not_run else {}),
         "checks": checks,
         "races_found": races,
         "max_abs_error": max((c.get("max_abs_error") or 0.0 for c in checks), default=0.0),
-        "worst_error_over_tolerance": max(worst) if len(worst) == len(checks) else None,
-        "passed": not failures,
+        "worst_error_over_tolerance": max(worst) if checks and len(worst) == len(checks)
+        else None,
+        "passed": not_run is None and not failures,
         "failures": failures,
-    })
+    }

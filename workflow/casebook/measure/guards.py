@@ -103,6 +103,13 @@ def unseen_work(runnable: Runnable, args: tuple[Any, ...], timings: Sequence[Tim
     return {"passed": True, "detail": detail + f"; barrier after the wait {drain * 1e6:.3g} µs"}
 
 
+def _arrays(output: Any) -> list[np.ndarray]:
+    """A fetched output (one array or named arrays) as a list of arrays, in name order."""
+    if isinstance(output, dict):
+        return [np.asarray(output[name]) for name in sorted(output)]
+    return [np.asarray(output)]
+
+
 def reused_result(runnable: Runnable, fresh_sets: Sequence[tuple[Any, ...]],
                   time_call: Callable[[tuple[Any, ...]], tuple[Any, float]],
                   median: float) -> dict[str, Any]:
@@ -110,7 +117,7 @@ def reused_result(runnable: Runnable, fresh_sets: Sequence[tuple[Any, ...]],
     for args in fresh_sets:
         out, seconds = time_call(args)
         firsts.append(seconds)
-        outputs.append(np.asarray(runnable.fetch(out)))
+        outputs.append(_arrays(runnable.fetch(out)))
     # The fastest first call: a memoised result makes every first call slow (it does
     # the work the samples skipped), while a load spike on a busy host slows only some.
     first = min(firsts)
@@ -118,7 +125,8 @@ def reused_result(runnable: Runnable, fresh_sets: Sequence[tuple[Any, ...]],
         raise TimerFooled(
             f"a result is reused across samples: first calls on fresh inputs take "
             f"{first * 1e3:.3g} ms, {first / median:.1f}× the {median * 1e3:.3g} ms median")
-    if any(np.array_equal(outputs[0], other, equal_nan=True) for other in outputs[1:]):
+    if any(all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs[0], other, strict=True))
+           for other in outputs[1:]):
         raise TimerFooled("a result is reused across samples: different input sets gave "
                           "the identical output")
     return {"passed": True, "detail": f"fastest first call on {len(fresh_sets)} fresh input "

@@ -1,0 +1,107 @@
+"""Verification of named outputs, per-output and exact tolerances, a case's own
+comparison, and a kernel that cannot run on this host."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from casebook import cases, config, records, verify
+from casebook.errors import CasebookError
+from kernels.runnable import Runnable
+
+LOOSE = {"atol": 1e-3, "rtol": 1e-3, "reason": "loose enough for the test"}
+EXACT = {"atol": 0, "rtol": 0, "reason": "the model says it is exact"}
+SPEC = {"tolerances": {"float32": {"y": LOOSE, "codes": EXACT}}, "verify": {"trials": 2}}
+PARAMS = {"dtype": "float32", "n": 8}
+
+
+def plugin(kernel_outputs, **extra) -> SimpleNamespace:
+    """A case whose oracle answers y = 2x and codes = floor(x); the kernel is given."""
+    def kernel(variant, params, purpose):
+        return Runnable(prepare=lambda inputs: (inputs["x"],), call=kernel_outputs,
+                        sync=lambda out: None, fetch=lambda out: out,
+                        execution={"mode": "numpy", "interpret": False, "poisoned": False,
+                                   "race_detection": False})
+
+    return SimpleNamespace(
+        make_inputs=lambda params, rng: {"x": rng.standard_normal(params["n"]) * 4},
+        oracle=lambda params, inputs: {"y": 2 * inputs["x"], "codes": np.floor(inputs["x"])},
+        check_params=lambda params: None, kernel=kernel, races_found=lambda: False,
+        reset=lambda: None, **extra)
+
+
+def check(case, spec=SPEC) -> dict:
+    return verify.check_point(case, "v", PARAMS, spec, "case.yaml")
+
+
+def test_each_output_is_checked_against_its_own_tolerance():
+    found = check(plugin(lambda x: {"y": 2 * x + 1e-4, "codes": np.floor(x)}))
+    assert found["passed"] and found["ran"] and len(found["checks"]) == 4
+    outputs = found["checks"][0]["outputs"]
+    assert set(outputs) == {"y", "codes"} and outputs["codes"]["max_abs_error"] == 0
+
+
+def test_an_exact_tolerance_rejects_the_smallest_difference():
+    found = check(plugin(lambda x: {"codes": np.nextafter(np.floor(x), np.inf)}))
+    assert not found["passed"]
+    assert "not equal where the tolerance is exact (codes)" in found["failures"][0]
+
+
+def test_a_stage_kernel_returns_some_outputs_but_never_an_unknown_one():
+    assert check(plugin(lambda x: {"y": 2 * x}))["passed"]
+    found = check(plugin(lambda x: {"y": 2 * x, "z": x}))
+    assert not found["passed"] and "the oracle has no output 'z'" in found["failures"][0]
+    assert not check(plugin(lambda x: {}))["passed"]
+
+
+def test_nan_never_passes_even_where_the_oracle_is_nan():
+    with_nan = lambda x: {"y": np.full_like(x, np.nan)}  # noqa: E731
+    assert not check(plugin(with_nan))["passed"]
+    both = verify.compare(np.array([np.nan]), np.array([np.nan]), 1.0, 1.0)
+    assert not both["passed"] and both["nan_count"] == 1
+
+
+def test_an_output_without_a_tolerance_names_the_key():
+    spec = {**SPEC, "tolerances": {"float32": {"codes": EXACT}}}
+    with pytest.raises(CasebookError, match=r"tolerances\.float32\.y"):
+        check(plugin(lambda x: {"y": 2 * x}), spec)
+
+
+def test_a_case_may_compare_an_output_its_own_way():
+    seen = []
+
+    def compare(params, output, got, want, tolerance):
+        seen.append(output)
+        if output != "codes":
+            return None
+        ties = np.abs(got - want) <= 1  # e.g. a quantizer allowed either code at a tie
+        return {"passed": bool(ties.all()), "nan_count": 0, "max_abs_error": 1.0,
+                "max_rel_error": 1.0, "worst_error_over_tolerance": 1.0}
+
+    found = check(plugin(lambda x: {"y": 2 * x, "codes": np.floor(x) + 1}, compare=compare))
+    assert found["passed"] and {"y", "codes"} == set(seen)
+
+
+def test_a_kernel_that_cannot_run_here_is_recorded_as_not_run(tmp_path):
+    def kernel(variant, params, purpose):
+        raise cases.NotRunnable("needs an sm_90a GPU; this host has none")
+
+    found = check(SimpleNamespace(**{**vars(plugin(None)), "kernel": kernel}))
+    assert found["ran"] is False and found["passed"] is False and found["checks"] == []
+    assert found["not_run_reason"] == "needs an sm_90a GPU; this host has none"
+    body = {"target": "cpu", "case": "c", "variant": "v", "point": "p", "params": PARAMS,
+            "sources_sha256": "0" * 64, **found}
+    records.write(tmp_path / "v.json", "verify", body)  # the schema accepts it
+    with pytest.raises(CasebookError):  # ... but not a "not run" that claims checks
+        records.write(tmp_path / "w.json", "verify",
+                      {**body, "checks": [{"purpose": "check", "trial": 0, "passed": True}]})
+
+
+def test_tolerance_rows_list_every_output():
+    rows = config.tolerance_rows({"tolerances": {"float32": {"y": LOOSE, "codes": EXACT},
+                                                 "bfloat16": LOOSE}})
+    assert [(d, o) for d, o, _ in rows] == [("float32", "y"), ("float32", "codes"),
+                                            ("bfloat16", None)]
