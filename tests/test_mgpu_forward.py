@@ -247,3 +247,16 @@ def test_the_launch_facts_come_from_the_lowered_module():
         smem.append(launch["dynamic_smem_bytes"])
     per_stage = (64 * 64 + 64 * 64) * 2  # one K^T tile and one V tile, f16
     assert smem[1] - smem[0] >= per_stage
+
+
+def test_the_default_tiles_take_the_widest_block_kv_that_fits():
+    params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "mask": {"kind": "causal"},
+              "dtype": "bfloat16"}
+    for head_dim, block_kv in ((128, 128), (256, 64)):
+        config = mgpu.tuning({**params, "head_dim": head_dim})
+        assert config.block_kv == block_kv
+        problem = mgpu.problem({**params, "head_dim": head_dim})
+        assert mgpu_forward.smem_bytes(problem, config, True) <= mgpu_forward.SMEM_LIMIT_BYTES
+    wider = mgpu_forward.TuningConfig(64, 128, 2)
+    assert mgpu_forward.smem_bytes(mgpu.problem({**params, "head_dim": 256}), wider,
+                                   True) > mgpu_forward.SMEM_LIMIT_BYTES

@@ -40,10 +40,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels.splash_attention import interpret_support
 from kernels.splash_attention.block_plan import PARTIAL, BlockPlan, DkvPlan
-from kernels.splash_attention.mgpu_forward import LOG2E, Problem, _tiled
-
-ROW = plgpu.Layout.WGMMA.reduce(1)  # one value per accumulator row
-COL = plgpu.Layout.WGMMA.reduce(0)  # one value per accumulator column
+from kernels.splash_attention.mgpu_forward import COL, LOG2E, ROW, Problem, _tiled
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,11 @@
 """Splash attention forward for NVIDIA Hopper in Pallas Mosaic GPU (``plgpu.kernel``).
 
-One CTA per (query head, q-block), one warpgroup. For its row of upstream MaskInfo's
-block table (compacted by ``block_plan``) it walks only the non-empty kv blocks:
+One CTA per (query head, q-block). With one compute warpgroup (the default) that
+warpgroup issues the TMA copies and computes; with two (``compute_wgs=2``, FA3-style)
+two consumer warpgroups of 64 rows each share the kv ring that a third, producer
+warpgroup fills, handing slots back through "consumed" barriers. For its row of upstream
+MaskInfo's block table (compacted by ``block_plan``) the CTA walks only the non-empty kv
+blocks:
 
 1. TMA-copies the Q tile once, then K^T / V tiles (and, for a partial block, its mask
    tile) into a ring of ``stages`` SMEM slots, ``stages - 1`` blocks ahead;
@@ -13,12 +17,11 @@ block table (compacted by ``block_plan``) it walks only the non-empty kv blocks:
    wgmma, O and the row statistics carried in registers;
 4. O / l (0 for a row that sees no key) and optionally logsumexp, stored through SMEM.
 
-Segment ids reach the accumulator's layout through broadcast int32 tiles read from
-SMEM: q ids as [Sq, 32] (a row max gives the per-row vector), kv ids as [block_q, Skv]
-(read as a [block_q, block_kv] tile per step). This costs block_q x Skv x 4 bytes of
-global memory and block_q x block_kv x 4 bytes of SMEM per stage; a register-level
-broadcast would avoid it but needs ``plgpu.load`` with a layout, which the 0.10.2
-interpreter cannot run.
+Segment ids are TMA-copied as int32 vectors (the q block's once, each kv block's into
+the ring) and read in the accumulator's row (``WGMMA.reduce(1)``) or column
+(``WGMMA.reduce(0)``) layout by a ``layout_cast`` right after the SMEM read: the Mosaic
+GPU lowering then loads them in that layout, exactly as ``plgpu.load(..., layout=...)``
+(which the 0.10.2 interpreter cannot run) would.
 
 Constraints: f16/bf16; Dqk, Dv multiples of 64 up to 256; sequence lengths multiples
 of the block sizes; no 1/sqrt(D) scaling inside (as upstream). What is verified is
@@ -50,6 +53,8 @@ LOG2E = math.log2(math.e)
 M_FLOOR = -0.7 * float(np.finfo(np.float32).max)
 SMEM_LIMIT_BYTES = 232_448  # Hopper's opt-in dynamic shared memory per block (227 KiB)
 DTYPES = ("float16", "bfloat16")
+ROW = plgpu.Layout.WGMMA.reduce(1)  # one value per accumulator row
+COL = plgpu.Layout.WGMMA.reduce(0)  # one value per accumulator column
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,8 +142,8 @@ def scratch_types(problem: Problem, config: TuningConfig, has_tiles: bool) -> di
         smem["tile_smem"] = _tiled((st, wgs, rows, bkv), dt)  # partial-mask tiles, 0/1
         smem["tile_barriers"] = plgpu.Barrier(num_arrivals=1, num_barriers=st)
     if problem.segment_ids:
-        smem["q_seg_smem"] = _tiled((wgs, rows, 32), jnp.int32)
-        smem["kv_seg_smem"] = _tiled((st, rows, bkv), jnp.int32)
+        smem["q_seg_smem"] = plgpu.SMEM((wgs, rows), jnp.int32)
+        smem["kv_seg_smem"] = plgpu.SMEM((st, bkv), jnp.int32)
     if problem.return_lse:
         smem["lse_smem"] = plgpu.SMEM((wgs, rows), jnp.float32)
     return smem
@@ -203,7 +208,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
             plgpu.copy_gmem_to_smem(v_ref.at[kv_head, pl.ds(kv_start, bkv)],
                                     v_smem.at[slot], barrier)
             if problem.segment_ids:
-                plgpu.copy_gmem_to_smem(kv_seg_ref.at[:, pl.ds(kv_start, bkv)],
+                plgpu.copy_gmem_to_smem(kv_seg_ref.at[pl.ds(kv_start, bkv)],
                                         kv_seg_smem.at[slot], barrier)
             if has_tiles:
                 @pl.when(kind_ref[plan_head, q_block, t] == PARTIAL)
@@ -228,9 +233,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
 
             q_segments = None
             if problem.segment_ids:
-                # Row max of a [rows, 32] broadcast tile: the q ids in the accumulator's
-                # row layout.
-                q_segments = q_seg_smem.at[wg][...].max(axis=1)
+                q_segments = plgpu.layout_cast(q_seg_smem.at[wg][...], ROW)
 
             # Zeros in the accumulator's layouts: a fresh accumulator is zero-initialised.
             zero_o = pl.run_scoped(lambda acc: acc[...],
@@ -267,8 +270,9 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
 
                 s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
                 if problem.segment_ids:
+                    kv_segments = plgpu.layout_cast(kv_seg_smem.at[slot][...], COL)
                     same = (lax.broadcast_in_dim(q_segments, (rows, bkv), [0])
-                            == kv_seg_smem.at[slot][...])
+                            == lax.broadcast_in_dim(kv_segments, (rows, bkv), [1]))
                     s = jnp.where(same, s, -jnp.inf)
 
                 row_max_new = jnp.maximum(row_max, s.max(axis=1) * LOG2E)
@@ -353,9 +357,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
     def forward(q, k_t, v, q_seg=None, kv_seg=None):
         extra = ()
         if problem.segment_ids:
-            # Broadcast to tiles the accumulator layout can be read from (see module doc).
-            extra = (jnp.broadcast_to(q_seg[:, None], (problem.seq_q, 32)).astype(jnp.int32),
-                     jnp.broadcast_to(kv_seg[None, :], (rows, problem.seq_kv)).astype(jnp.int32))
+            extra = (q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
         outs = call(q, k_t, v, *tables, tiles, *extra)
         return outs if problem.return_lse else outs[0]
 
