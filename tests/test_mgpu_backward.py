@@ -261,3 +261,22 @@ def test_backward_lowers_for_sm90a_at_publishable_sizes(seq_len, head_dim, stage
         assert launch["block"] == [128, 1, 1]
         assert asked[name] <= launch["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
 
+
+
+def test_an_over_budget_backward_fails_the_build_naming_it():
+    params = {"heads_q": 1, "heads_kv": 1, "seq_len": 1024, "head_dim": 256,
+              "mask": {"kind": "causal"}, "dtype": "bfloat16",
+              "bwd_tiles": {"block_q": 128, "block_kv": 128, "stages": 2}}
+    with pytest.raises(ValueError, match=r"mgpu_bwd \(dq kernel\).*exceed the 232448-byte "
+                                         r"limit.*block_q=128"):
+        mgpu.build("mgpu_bwd", params)
+
+
+def test_the_default_backward_tiles_fit_every_head_dim():
+    for head_dim, stages in ((64, 2), (128, 2), (256, 1)):
+        params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": head_dim,
+                  "mask": {"kind": "causal"}, "dtype": "bfloat16", "segments": 4}
+        config = mgpu.backward_tuning(params)
+        assert config.stages == stages
+        assert max(mgpu_backward.smem_bytes(mgpu.problem(params), config, False).values()) \
+            <= mgpu_forward.SMEM_LIMIT_BYTES
