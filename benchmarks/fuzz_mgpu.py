@@ -148,12 +148,16 @@ def summarise(runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=None, help="replay a recorded run")
     args = parser.parse_args()
-    seed = secrets.randbits(63)
+    seed = secrets.randbits(63) if args.seed is None else args.seed
+    print("seed", seed, flush=True)
     rng = np.random.default_rng(seed)
     runs = []
     for i in range(args.examples):
-        runs.append(run_one(draw(rng), rng))
+        problem = draw(rng)
+        print(i, problem, flush=True)
+        runs.append(run_one(problem, rng))
         print(i, runs[-1]["passed"], runs[-1]["worst_error_over_tolerance"], flush=True)
     summary = summarise(runs)
     records.write(SOURCE_ROOT / RECORD, "randomized_check", {
