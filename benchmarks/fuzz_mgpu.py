@@ -62,7 +62,9 @@ def draw(rng: np.random.Generator) -> dict:
             "soft_cap": [None, 4.0][rng.integers(2)],
             "segment_ids": bool(rng.integers(2)), "lse": bool(rng.integers(2)),
             "block_kv": int(rng.choice([64, 128])), "stages": int(rng.choice([1, 2, 3])),
-            "compute_wgs": int(rng.choice([1, 1, 1, 2])),
+            # One compute warpgroup: with two (three warpgroup threads) the 0.10.2
+            # interpreter can deadlock on a 2-core host (see mgpu_forward.TuningConfig).
+            "compute_wgs": 1,
             "bwd_blocks": [int(b) for b in [(64, 64), (128, 64), (64, 128)][rng.integers(3)]],
             "bwd_stages": int(rng.choice([1, 2]))}
 

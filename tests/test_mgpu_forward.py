@@ -95,17 +95,6 @@ def test_mqa_with_dims_up_to_256_and_a_deeper_ring(rng, interpreter):
                   config=mgpu_forward.TuningConfig(block_q=64, block_kv=64, stages=3))
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind", ["causal", "per_head"])
-def test_two_compute_warpgroups_and_a_producer(rng, interpreter, kind):
-    """FA3-style: 128-row q block, two consumer warpgroups, one TMA producer warpgroup
-    handing ring slots back and forth through consumed barriers (iota and tile masks)."""
-    mask = mask_of(kind, 2, rng)
-    q, k, v = inputs(rng, 2, 1, 64, 128, "float16")
-    run_and_check(interpreter, mask, q, k, v, seg=segments(rng), lse=True,
-                  config=mgpu_forward.TuningConfig(128, 64, 2, compute_wgs=2))
-
-
 @pytest.mark.timeout(240)
 def test_a_row_that_sees_no_key_gives_zero(rng, interpreter):
     dense_mask = np.tril(np.ones((S, S), bool))
