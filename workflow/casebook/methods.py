@@ -57,7 +57,8 @@ def execution_rows(evidence: list[Evidence]) -> list[dict[str, Any]]:
         found = [("verify", c["execution"]) for r in ev.verify.values() for c in r["checks"]
                  if "execution" in c]
         found += [("time", r["execution"]) for r in ev.time.values() if "execution" in r]
-        found += [("baseline", r["execution"]) for r in ev.baselines.values()]
+        found += [("baseline", r["execution"]) for r in ev.baselines.values()
+                  if "execution" in r]  # a baseline not run here has none
         for stage, e in found:
             key = (ev.target, stage, e["mode"], e["interpret"], e["poisoned"],
                    e["race_detection"])
