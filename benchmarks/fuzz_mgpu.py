@@ -1,9 +1,15 @@
-"""The larger randomized run of the Mosaic GPU port (CI runs 4 examples per test run).
+"""The larger randomized run of the Mosaic GPU port, forward and backward (CI runs a few
+examples of each per test run).
 
 Draws problems across every mask type, head layout (MHA/GQA/MQA-like), head dims,
-dtype, soft cap, segment ids, logsumexp and block_kv; runs each in the Mosaic GPU
-interpreter with race detection and compares with the float64 oracle. Records every
-draw and the worst error against tolerance in benchmarks/results/fuzz_mgpu.json.
+dtype, soft cap, segment ids, logsumexp and tile choices; runs each through the port's
+VJP (forward kernel, then dQ and dK/dV kernels) in the Mosaic GPU interpreter with race
+detection and NaN shared memory, and compares out (and logsumexp) with the float64
+oracle and dq/dk/dv with float64 autodiff of the dense reference. Records every draw,
+the worst error against tolerance per output and per variant (``mgpu``: forward, partial
+blocks from the mask function on iota; ``mgpu_mask_tiles``: forward, from MaskInfo's
+tiles; ``mgpu_bwd``: dq, dk, dv) as a ``randomized_check`` record in
+benchmarks/results/fuzz_mgpu.json, which the splash attention page cites.
 
     PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.fuzz_mgpu [--examples 40]
 """
@@ -11,6 +17,7 @@ draw and the worst error against tolerance in benchmarks/results/fuzz_mgpu.json.
 from __future__ import annotations
 
 import argparse
+import platform
 import secrets
 import time
 
@@ -18,66 +25,151 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.workloads import write
+from casebook import records
+from casebook.paths import SOURCE_ROOT
 from casebook.verify import compare
 from kernels import mgpu_interpret
-from kernels.splash_attention import mgpu_forward, oracle_f64
-from kernels.splash_attention.problems import MASK_KINDS, dense, inputs, mask_of, segments
+from kernels.splash_attention import (
+    mgpu_autodiff,
+    mgpu_backward,
+    mgpu_forward,
+    oracle_f64,
+    reference_vjp,
+)
+from kernels.splash_attention.problems import (
+    DTYPE,
+    MASK_KINDS,
+    dense,
+    inputs,
+    mask_of,
+    segments,
+)
 
-# Against the float64 oracle, as in tests/test_mgpu_forward.py (reasons there).
-TOL = {"float16": 3e-3, "bfloat16": 2e-2}
+# As in tests/test_mgpu_forward.py and tests/test_mgpu_backward.py (reasons there).
+OUT_TOL = {"float16": 3e-3, "bfloat16": 2e-2}
+LSE_TOL = 1e-3
+GRAD_ATOL, GRAD_RTOL = 2e-2, 3e-2
 LAYOUTS = [(2, 2), (2, 1), (4, 2), (4, 1)]
 DIMS = [(64, 64), (128, 64), (64, 128), (128, 128)]
+INDEX_FUNCTION_MASKS = ("causal", "causal_offset", "local", "chunked", "full")
 
 
 def draw(rng: np.random.Generator) -> dict:
     return {"mask": str(rng.choice(MASK_KINDS)),
             "heads": [int(h) for h in LAYOUTS[rng.integers(len(LAYOUTS))]],
             "dims": [int(d) for d in DIMS[rng.integers(len(DIMS))]],
-            "dtype": str(rng.choice(list(TOL))),
+            "dtype": str(rng.choice(list(OUT_TOL))),
             "soft_cap": [None, 4.0][rng.integers(2)],
             "segment_ids": bool(rng.integers(2)), "lse": bool(rng.integers(2)),
-            "block_kv": int(rng.choice([64, 128])), "stages": int(rng.choice([1, 2, 3]))}
+            "block_kv": int(rng.choice([64, 128])), "stages": int(rng.choice([1, 2, 3])),
+            # One compute warpgroup: with two (three warpgroup threads) the 0.10.2
+            # interpreter can deadlock on a 2-core host (see mgpu_forward.TuningConfig).
+            "compute_wgs": 1,
+            "bwd_blocks": [int(b) for b in [(64, 64), (128, 64), (64, 128)][rng.integers(3)]],
+            "bwd_stages": int(rng.choice([1, 2]))}
 
 
 def run_one(problem: dict, rng: np.random.Generator) -> dict:
     mask = mask_of(problem["mask"], problem["heads"][0], rng)
-    q, k, v = inputs(rng, *problem["heads"], *problem["dims"], problem["dtype"])
+    q, k, v = (jnp.asarray(x) for x in inputs(rng, *problem["heads"], *problem["dims"],
+                                               problem["dtype"]))
+    dv = problem["dims"][1]
+    do = (rng.standard_normal((problem["heads"][0], q.shape[1], dv)) / np.sqrt(dv)).astype(
+        DTYPE[problem["dtype"]])
     seg = segments(rng) if problem["segment_ids"] else None
+    segment_ids = None if seg is None else (seg.q, seg.kv)
+    config = mgpu_forward.TuningConfig(64 * problem["compute_wgs"], problem["block_kv"],
+                                       problem["stages"], problem["compute_wgs"])
+    interpret = mgpu_interpret.interpret_params(race_detection=True)
     mgpu_interpret.reset_interpreter()
     start = time.perf_counter()
-    got = jax.block_until_ready(mgpu_forward.splash_attention(
-        mask, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), segment_ids=seg,
-        soft_cap=problem["soft_cap"], return_lse=problem["lse"],
-        config=mgpu_forward.TuningConfig(64, problem["block_kv"], problem["stages"]),
-        interpret=mgpu_interpret.interpret_params(race_detection=True)))
+    forward = jax.block_until_ready(mgpu_forward.splash_attention(
+        mask, q, k, v, segment_ids=seg, soft_cap=problem["soft_cap"],
+        return_lse=problem["lse"], config=config, interpret=interpret))
+    out, vjp = jax.vjp(lambda q, k, v: mgpu_autodiff.splash_attention(
+        mask, q, k, v, segment_ids=seg, soft_cap=problem["soft_cap"], config=config,
+        bwd_config=mgpu_backward.BackwardConfig(*problem["bwd_blocks"], problem["bwd_stages"]),
+        interpret=interpret), q, k, v)
+    grads = jax.block_until_ready(vjp(jnp.asarray(do)))
     seconds = time.perf_counter() - start
-    out = got[0] if problem["lse"] else got
-    want = oracle_f64.attention(q, k, v, dense(mask), soft_cap=problem["soft_cap"],
-                                segment_ids=None if seg is None else (seg.q, seg.kv))
-    tol = TOL[problem["dtype"]]
-    check = compare(np.asarray(out, np.float64), want, tol, tol)
-    return {**problem, "seconds": seconds, "races_found": mgpu_interpret.races_found(),
-            "passed": check["passed"] and not mgpu_interpret.races_found(),
-            "worst_error_over_tolerance": check["worst_error_over_tolerance"]}
+    races = mgpu_interpret.races_found()
+    want = reference_vjp.gradients(q, k, v, do, dense(mask), segment_ids=segment_ids,
+                                   soft_cap=problem["soft_cap"])
+    tol = OUT_TOL[problem["dtype"]]
+    checks = {"out": compare(np.asarray(forward[0] if problem["lse"] else forward,
+                                        np.float64), want[0], tol, tol),
+              "out_vjp": compare(np.asarray(out, np.float64), want[0], tol, tol)}
+    if problem["lse"]:
+        _, want_lse = oracle_f64.attention(q, k, v, dense(mask), segment_ids=segment_ids,
+                                           soft_cap=problem["soft_cap"], return_lse=True)
+        seen = ~np.isneginf(want_lse)
+        got_lse = np.asarray(forward[1], np.float64)
+        checks["lse"] = compare(np.where(seen, got_lse, 0.0), np.where(seen, want_lse, 0.0),
+                                LSE_TOL, LSE_TOL)
+    for name, got, w in zip(("dq", "dk", "dv"), grads, want[1:], strict=True):
+        checks[name] = compare(np.asarray(got, np.float64), w, GRAD_ATOL, GRAD_RTOL)
+    return {**problem, "path": ("mgpu" if problem["mask"] in INDEX_FUNCTION_MASKS
+                                else "mgpu_mask_tiles"),
+            "seconds": seconds, "races_found": races,
+            "passed": all(c["passed"] for c in checks.values()) and not races,
+            "worst_error_over_tolerance": {n: c["worst_error_over_tolerance"]
+                                           for n, c in checks.items()}}
+
+
+RECORD = "benchmarks/results/fuzz_mgpu.json"
+EXECUTION = ("Pallas Mosaic GPU interpret mode on the host CPU (race detection on, "
+             "uninitialised shared memory NaN)")
+VARIANT_OUTPUTS = {"mgpu": ("out", "lse"), "mgpu_mask_tiles": ("out", "lse"),
+                   "mgpu_bwd": ("dq", "dk", "dv")}
+
+
+def worst(runs: list[dict], output: str) -> float | None:
+    values = [r["worst_error_over_tolerance"].get(output) for r in runs]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Totals, and per variant: forward runs by mask path, the backward over all runs."""
+    def variant(name: str) -> dict:
+        sub = runs if name == "mgpu_bwd" else [r for r in runs if r["path"] == name]
+        outputs = VARIANT_OUTPUTS[name]
+        return {"examples": len(sub),
+                "failed": sum(any((r["worst_error_over_tolerance"].get(o) or 0) > 1
+                                  for o in outputs) or r["races_found"] for r in sub),
+                "worst_error_over_tolerance": {o: worst(sub, o) for o in outputs}}
+
+    return {"examples": len(runs), "failed": sum(not r["passed"] for r in runs),
+            "races": sum(r["races_found"] for r in runs),
+            "worst_error_over_tolerance": {o: worst(runs, o)
+                                           for o in ("out", "lse", "dq", "dk", "dv")},
+            "per_variant": {name: variant(name) for name in VARIANT_OUTPUTS},
+            "median_seconds": float(np.median([r["seconds"] for r in runs]))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=None, help="replay a recorded run")
     args = parser.parse_args()
-    seed = secrets.randbits(63)
+    seed = secrets.randbits(63) if args.seed is None else args.seed
+    print("seed", seed, flush=True)
     rng = np.random.default_rng(seed)
-    runs = [run_one(draw(rng), rng) for _ in range(args.examples)]
-    worst = [r["worst_error_over_tolerance"] for r in runs]
-    summary = {"seed": seed, "examples": len(runs),
-               "failed": sum(not r["passed"] for r in runs),
-               "worst_error_over_tolerance": max((w for w in worst if w is not None),
-                                                 default=None),
-               "median_seconds": float(np.median([r["seconds"] for r in runs]))}
-    path = write("fuzz_mgpu", {"target": "cpu (Mosaic GPU interpreter)", **summary,
-                               "runs": runs})
-    print(path, summary)
+    runs = []
+    for i in range(args.examples):
+        problem = draw(rng)
+        print(i, problem, flush=True)
+        runs.append(run_one(problem, rng))
+        print(i, runs[-1]["passed"], runs[-1]["worst_error_over_tolerance"], flush=True)
+    summary = summarise(runs)
+    records.write(SOURCE_ROOT / RECORD, "randomized_check", {
+        "case": "splash_attention", "runner": "benchmarks/fuzz_mgpu.py",
+        "execution": EXECUTION, "seed": seed, **summary,
+        "tolerances": {"out": OUT_TOL, "lse": LSE_TOL,
+                       "dq_dk_dv": {"atol": GRAD_ATOL, "rtol": GRAD_RTOL}},
+        "host": {"machine": platform.machine(), "python": platform.python_version()},
+        "runs": runs})
+    print(RECORD, summary)
 
 
 if __name__ == "__main__":

@@ -168,10 +168,22 @@ def test_the_block_plan_rebuilds_every_mask_and_skips_empty_blocks(rng):
 
 
 @pytest.mark.parametrize("bad", [dict(block_q=96), dict(block_kv=100), dict(stages=0),
-                                 dict(block_kv=512)])
+                                 dict(block_kv=512), dict(compute_wgs=3),
+                                 dict(compute_wgs=2, block_q=64)])
 def test_bad_tuning_is_refused(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         mgpu_forward.TuningConfig(**bad)
+
+
+@pytest.mark.timeout(120)
+def test_two_compute_warpgroups_lower_with_a_producer_warpgroup():
+    params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 128,
+              "mask": {"kind": "causal"}, "dtype": "bfloat16",
+              "tiles": {"block_q": 128, "block_kv": 128, "stages": 2, "compute_wgs": 2}}
+    facts = mgpu.build("mgpu", params)["artifacts"][0]["facts"]
+    assert facts["grid"] == [4096 // 128, 16, 1]
+    assert facts["block"] == [384, 1, 1]  # 2 consumer warpgroups + 1 producer
+    assert facts["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
 
 
 def test_bad_problems_are_refused():
@@ -184,7 +196,7 @@ def test_bad_problems_are_refused():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("variant", mgpu.VARIANTS)
+@pytest.mark.parametrize("variant", mgpu.FORWARD_VARIANTS)
 @pytest.mark.parametrize(("seq_len", "head_dim", "mask"), [
     (4096, 256, {"kind": "causal"}), (32768, 64, {"kind": "local", "window": [4096, 0]})])
 def test_publishable_sizes_lower_for_sm90a_within_shared_memory(variant, seq_len, head_dim,
@@ -225,3 +237,16 @@ def test_the_launch_facts_come_from_the_lowered_module():
         smem.append(launch["dynamic_smem_bytes"])
     per_stage = (64 * 64 + 64 * 64) * 2  # one K^T tile and one V tile, f16
     assert smem[1] - smem[0] >= per_stage
+
+
+def test_the_default_tiles_take_the_widest_block_kv_that_fits():
+    params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "mask": {"kind": "causal"},
+              "dtype": "bfloat16"}
+    for head_dim, block_kv in ((128, 128), (256, 64)):
+        config = mgpu.tuning({**params, "head_dim": head_dim})
+        assert config.block_kv == block_kv
+        problem = mgpu.problem({**params, "head_dim": head_dim})
+        assert mgpu_forward.smem_bytes(problem, config, True) <= mgpu_forward.SMEM_LIMIT_BYTES
+    wider = mgpu_forward.TuningConfig(64, 128, 2)
+    assert mgpu_forward.smem_bytes(mgpu.problem({**params, "head_dim": 256}), wider,
+                                   True) > mgpu_forward.SMEM_LIMIT_BYTES

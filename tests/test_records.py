@@ -97,3 +97,34 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         records.atomic_write_text(path, "new \ud800")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def randomized_body() -> dict:
+    return {"case": "splash_attention", "runner": "benchmarks/fuzz_mgpu.py",
+            "execution": "interpreter", "seed": 7, "examples": 3, "failed": 0, "races": 0,
+            "worst_error_over_tolerance": {"out": 0.2, "lse": None},
+            "per_variant": {"mgpu": {"examples": 3, "failed": 0,
+                                     "worst_error_over_tolerance": {"out": 0.2}}},
+            "runs": [{"mask": "causal"}]}
+
+
+def test_a_randomized_check_record_round_trips_and_shows_on_the_page(tmp_path):
+    from casebook import conditions
+
+    path = tmp_path / "fuzz.json"
+    records.write(path, "randomized_check", randomized_body())
+    record = records.read(path, "randomized_check")
+    line = conditions.randomized_line({"record": "benchmarks/results/fuzz.json",
+                                       "description": "a fuzz", **record})
+    assert "3 random problems, 0 failed" in line and "mgpu (3 draws, 0 failed): out 0.2×" in line
+
+
+@pytest.mark.parametrize("missing", ["examples", "per_variant", "worst_error_over_tolerance"])
+def test_a_randomized_check_without_its_counts_is_refused(tmp_path, missing):
+    path = tmp_path / "fuzz.json"
+    records.write(path, "randomized_check", randomized_body())
+    data = json.loads(path.read_text())
+    del data[missing]
+    path.write_text(json.dumps(data))
+    with pytest.raises(CasebookError, match=missing):
+        records.read(path, "randomized_check")

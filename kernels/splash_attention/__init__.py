@@ -2,8 +2,12 @@
 
 Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run by
 Pallas's interpreter on the host (the reference); ``mgpu`` and ``mgpu_mask_tiles``, the
-Pallas Mosaic GPU port (see ``mgpu``), lowered for CUDA sm_90a and run by the Mosaic GPU
+Pallas Mosaic GPU port's forward (see ``mgpu``), and ``mgpu_bwd``, its backward (dq, dk,
+dv through the port's custom VJP), lowered for CUDA sm_90a and run by the Mosaic GPU
 interpreter on a CPU host.
+
+Outputs (named): the forward variants return ``out``; ``mgpu_bwd`` returns ``dq``, ``dk``,
+``dv`` for the cotangent ``do`` drawn with the inputs. The oracle answers all four.
 """
 
 from __future__ import annotations
@@ -15,15 +19,24 @@ import numpy as np
 
 from kernels import mgpu_interpret
 from kernels.runnable import Runnable, from_jax
-from kernels.splash_attention import baselines, masks, mgpu, oracle_f64, upstream
+from kernels.splash_attention import (
+    baselines,
+    masks,
+    mgpu,
+    oracle_f64,
+    reference_vjp,
+    upstream,
+)
 
 INPUTS = ("q", "k", "v")
+BACKWARD_INPUTS = ("q", "k", "v", "do")
 VARIANTS = ("upstream", *mgpu.VARIANTS)
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
 def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Fresh q, k, v; q carries the 1/sqrt(D) scale (splash applies none inside)."""
+    """Fresh q, k, v and a cotangent do; q carries the 1/sqrt(D) scale (splash applies none
+    inside) and do 1/sqrt(D), so dO·Vᵀ has unit scale like Q·Kᵀ."""
     import ml_dtypes
 
     dtype = {**DTYPES, "bfloat16": ml_dtypes.bfloat16}[params["dtype"]]
@@ -31,12 +44,21 @@ def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, n
     q = rng.standard_normal((params["heads_q"], s, d)) / np.sqrt(d)
     k = rng.standard_normal((params["heads_kv"], s, d))
     v = rng.standard_normal((params["heads_kv"], s, d))
-    return {"q": q.astype(dtype), "k": k.astype(dtype), "v": v.astype(dtype)}
+    do = rng.standard_normal((params["heads_q"], s, d)) / np.sqrt(d)
+    return {name: x.astype(dtype) for name, x in (("q", q), ("k", k), ("v", v), ("do", do))}
 
 
-def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """The float64 answer for exactly these (already rounded) inputs."""
-    return oracle_f64.attention(inputs["q"], inputs["k"], inputs["v"], masks.dense_mask(params))
+def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The float64 answers for exactly these (already rounded) inputs: ``out`` from the
+    numpy oracle, ``dq``, ``dk``, ``dv`` by float64 autodiff of the dense reference."""
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    ids = masks.segment_ids(params)
+    segments = None if ids is None else (ids, ids)
+    mask, cap = masks.dense_mask(params), params.get("soft_cap")
+    out = oracle_f64.attention(q, k, v, mask, segment_ids=segments, soft_cap=cap)
+    _, dq, dk, dv = reference_vjp.gradients(q, k, v, inputs["do"], mask,
+                                            segment_ids=segments, soft_cap=cap)
+    return {"out": out, "dq": dq, "dk": dk, "dv": dv}
 
 
 def check_params(params: dict[str, Any]) -> str | None:
@@ -45,6 +67,8 @@ def check_params(params: dict[str, Any]) -> str | None:
         return f"heads_q={params['heads_q']} is not a multiple of heads_kv={params['heads_kv']}"
     if params["seq_len"] % params.get("block", 128):
         return f"seq_len={params['seq_len']} is not a multiple of block={params.get('block', 128)}"
+    if params.get("segments", 1) > params["seq_len"]:
+        return f"segments={params['segments']} exceed seq_len={params['seq_len']}"
     return None
 
 
@@ -83,9 +107,12 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     """The kernel to ``check`` (faithful interpreter, NaN memory, races) or to ``time``."""
     _check_variant(variant)
     if variant in mgpu.VARIANTS:
-        fn = mgpu.make(variant, params, interpret=mgpu_interpret.interpret_params(
-            race_detection=purpose == "check"))
-        return from_jax(fn, INPUTS, {
+        interpret = mgpu_interpret.interpret_params(race_detection=purpose == "check")
+        if variant in mgpu.BACKWARD_VARIANTS:
+            fn, names = mgpu.make_backward(params, interpret=interpret), BACKWARD_INPUTS
+        else:
+            fn, names = mgpu.make(variant, params, interpret=interpret), INPUTS
+        return from_jax(fn, names, {
             "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
                     "shared memory = NaN" + (", race detection on)" if purpose == "check"
                                              else ")"),

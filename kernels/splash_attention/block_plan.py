@@ -75,3 +75,70 @@ def plan(mask: mask_lib.MultiHeadMask, block_q: int, block_kv: int) -> BlockPlan
         partial = np.zeros((1, block_q, block_kv), bool)
     return BlockPlan(kv_block, kind, mask_block, count, np.asarray(partial, bool), classes,
                      mask_function)
+
+
+@dataclasses.dataclass(frozen=True)
+class DkvPlan:
+    """The dK/dV kernel's walk, from upstream's dkv MaskInfo (``process_mask_dkv``).
+
+    One CTA owns one (kv head, kv block) and accumulates dK, dV over every query head
+    of its group and every non-empty q block: step ``u`` visits query head
+    ``kv_head * group + head_offset[p, j, u]``, q block ``q_block[p, j, u]``, of class
+    ``kind[p, j, u]`` (partial: tile ``mask_block[p, j, u]`` of ``partial_blocks``,
+    stored transposed as [block_kv, block_q] by upstream). ``count[p, j]`` steps in all.
+    ``p`` is the kv head when heads have their own masks, else 0 (shared).
+    """
+
+    head_offset: np.ndarray  # int32 [plan_heads, kv_blocks, group * q_blocks]
+    q_block: np.ndarray
+    kind: np.ndarray
+    mask_block: np.ndarray
+    count: np.ndarray  # int32 [plan_heads, kv_blocks]
+    partial_blocks: np.ndarray  # bool [max(1, partial tiles), block_kv, block_q]
+    classes: np.ndarray  # int8 [mask_heads, q_blocks, kv_blocks]: upstream's dkv table
+    mask_function: Callable | None
+
+    @property
+    def plan_heads(self) -> int:
+        return int(self.count.shape[0])
+
+
+def plan_dkv(mask: mask_lib.MultiHeadMask, block_q: int, block_kv: int,
+             heads_kv: int) -> DkvPlan:
+    """Classify ``mask`` with upstream's dkv MaskInfo; one walk per (kv head, kv block)."""
+    info, mask_function = splash_attention_mask_info.process_mask_dkv(
+        mask, (block_q, block_kv), downcast_smem_data=False, shrink_grid=False)
+    if info.q_sequence is not None and not np.array_equal(
+            info.q_sequence, np.arange(len(info.q_sequence))):
+        raise ValueError("a permuted q_sequence is not supported by the Mosaic GPU kernel")
+    classes = np.asarray(info.block_mask).astype(np.int8)  # [mask_heads, q_blocks, kv_blocks]
+    mask_next = (np.zeros(classes.shape, np.int32) if info.mask_next is None
+                 else np.asarray(info.mask_next).astype(np.int32))
+    mask_heads, q_blocks, kv_blocks = classes.shape
+    heads_q = len(mask.masks)
+    group = heads_q // heads_kv
+    per_head = mask_heads > 1
+    plan_heads = heads_kv if per_head else 1
+    shape = (plan_heads, kv_blocks, group * q_blocks)
+    head_offset, q_block, mask_block = (np.zeros(shape, np.int32) for _ in range(3))
+    kind = np.full(shape, EMPTY, np.int32)
+    count = np.zeros((plan_heads, kv_blocks), np.int32)
+    for p in range(plan_heads):
+        for j in range(kv_blocks):
+            u = 0
+            for g in range(group):
+                h = p * group + g if per_head else 0
+                (live,) = np.nonzero(classes[h, :, j] != EMPTY)
+                n = len(live)
+                head_offset[p, j, u:u + n] = g
+                q_block[p, j, u:u + n] = live
+                kind[p, j, u:u + n] = classes[h, live, j]
+                mask_block[p, j, u:u + n] = np.where(classes[h, live, j] == PARTIAL,
+                                                     mask_next[h, live, j], 0)
+                u += n
+            count[p, j] = u
+    partial = info.partial_mask_blocks
+    if partial is None or len(partial) == 0:
+        partial = np.zeros((1, block_kv, block_q), bool)
+    return DkvPlan(head_offset, q_block, kind, mask_block, count, np.asarray(partial, bool),
+                   classes, mask_function)

@@ -17,3 +17,18 @@ def dense_mask(params: dict[str, Any]) -> np.ndarray:
         return k <= q
     left, right = mask["window"]
     return (k >= q - left) & (k <= q + right)
+
+
+def segment_ids(params: dict[str, Any]) -> np.ndarray | None:
+    """``[S]`` int32 ids of ``params["segments"]`` equal packed sequences, or None."""
+    count = params.get("segments")
+    if not count:
+        return None
+    return (np.arange(params["seq_len"]) * count // params["seq_len"]).astype(np.int32)
+
+
+def visible(params: dict[str, Any]) -> np.ndarray:
+    """``[S, S]`` bool: the mask, and the same segment when the point packs sequences."""
+    ids = segment_ids(params)
+    mask = dense_mask(params)
+    return mask if ids is None else mask & (ids[:, None] == ids[None, :])

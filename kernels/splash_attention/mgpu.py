@@ -1,11 +1,15 @@
 """The Mosaic GPU port as the case sees it: a point's params -> kernel, plan, lowering.
 
-Two variants share one kernel source (``mgpu_forward``):
+Two forward variants share one kernel source (``mgpu_forward``):
 - ``mgpu``: partial blocks of causal/local masks evaluated from iota with upstream's
   mask function (what upstream does for these masks);
 - ``mgpu_mask_tiles``: the same mask without its index function, so partial
   blocks come from MaskInfo's deduplicated partial tiles, loaded by TMA: the path every
   other mask (numpy, combinations, per-head) takes.
+
+``mgpu_bwd`` is the backward: ``jax.vjp`` through the port (``mgpu_autodiff``), i.e. the
+forward kernel with logsumexp, then the dQ and dK/dV kernels (``mgpu_backward``),
+returning dq, dk, dv for the cotangent ``do``.
 """
 
 from __future__ import annotations
@@ -19,30 +23,67 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from kernels import mgpu_lowering
-from kernels.splash_attention import block_plan, mgpu_forward, upstream
+from kernels.splash_attention import (
+    block_plan,
+    masks,
+    mgpu_autodiff,
+    mgpu_backward,
+    mgpu_forward,
+    upstream,
+)
 
-VARIANTS = ("mgpu", "mgpu_mask_tiles")
+FORWARD_VARIANTS = ("mgpu", "mgpu_mask_tiles")
+BACKWARD_VARIANTS = ("mgpu_bwd",)
+VARIANTS = (*FORWARD_VARIANTS, *BACKWARD_VARIANTS)
 
 
 def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
-    """The point's tile choice: ``params["tiles"]`` when given, else 64 x (128 | 64), 2."""
+    """The point's tile choice: ``params["tiles"]`` when given, else block_q 64, 2 stages
+    and the widest block_kv of (128, 64) whose shared memory fits the budget (with the
+    partial-tile ring, so both forward variants fit)."""
     given = params.get("tiles")
     if given:
         return mgpu_forward.TuningConfig(**given)
-    return mgpu_forward.TuningConfig(
-        block_q=64, block_kv=128 if params["head_dim"] <= 128 else 64, stages=2)
+    candidates = [mgpu_forward.TuningConfig(64, block_kv, 2) for block_kv in (128, 64)]
+    for config in candidates:
+        if (mgpu_forward.smem_bytes(problem(params), config, has_tiles=True)
+                <= mgpu_forward.SMEM_LIMIT_BYTES):
+            return config
+    return candidates[-1]  # over budget even so: build() fails naming it
 
 
-def problem(params: dict[str, Any]) -> mgpu_forward.Problem:
+def backward_tuning(params: dict[str, Any]) -> mgpu_backward.BackwardConfig:
+    """The backward's tile choice: ``params["bwd_tiles"]`` when given, else 64 x 64 with
+    the deepest ring of (2, 1) stages whose dQ and dK/dV kernels both fit the budget."""
+    given = params.get("bwd_tiles")
+    if given:
+        return mgpu_backward.BackwardConfig(**given)
+    candidates = [mgpu_backward.BackwardConfig(64, 64, stages) for stages in (2, 1)]
+    for config in candidates:
+        if max(mgpu_backward.smem_bytes(problem(params), config, has_tiles=False).values()) \
+                <= mgpu_forward.SMEM_LIMIT_BYTES:
+            return config
+    return candidates[-1]  # over budget even so: build() fails naming it
+
+
+def problem(params: dict[str, Any], return_lse: bool = False) -> mgpu_forward.Problem:
     s, d = params["seq_len"], params["head_dim"]
     return mgpu_forward.Problem(params["heads_q"], params["heads_kv"], s, s, d, d,
-                                params["dtype"])
+                                params["dtype"], soft_cap=params.get("soft_cap"),
+                                segment_ids=bool(params.get("segments")),
+                                return_lse=return_lse)
+
+
+def segment_ids(params: dict[str, Any]):
+    """upstream ``SegmentIds`` of the point's packed sequences, or None."""
+    ids = masks.segment_ids(params)
+    return None if ids is None else splash.SegmentIds(q=jnp.asarray(ids), kv=jnp.asarray(ids))
 
 
 @functools.lru_cache(maxsize=16)
 def _plan(mask_json: str, heads: int, seq_len: int, block_q: int, block_kv: int,
           tiles: bool) -> block_plan.BlockPlan:
-    mask = upstream.mask({"seq_len": seq_len, "heads_q": heads, "mask": json.loads(mask_json)})
+    mask = _mask({"seq_len": seq_len, "heads_q": heads, "mask": json.loads(mask_json)})
     if tiles:
         mask = splash.MultiHeadMask([WithoutIndexFunction(m) for m in mask.masks])
     return block_plan.plan(mask, block_q, block_kv)
@@ -71,6 +112,11 @@ class WithoutIndexFunction(splash.splash_attention_mask.Mask):
         return hash((WithoutIndexFunction, self.mask))
 
 
+def _mask(params: dict[str, Any]) -> splash.MultiHeadMask:
+    return upstream.mask({"seq_len": params["seq_len"], "heads_q": params["heads_q"],
+                          "mask": params["mask"]})
+
+
 def plan(variant: str, params: dict[str, Any]) -> block_plan.BlockPlan:
     config = tuning(params)
     return _plan(json.dumps(params["mask"], sort_keys=True), params["heads_q"],
@@ -83,10 +129,30 @@ def make(variant: str, params: dict[str, Any], interpret=None):
     forward = mgpu_forward.make(problem(params), tuning(params), plan(variant, params),
                                 interpret=interpret)
 
+    seg = segment_ids(params)
+    segments = () if seg is None else (seg.q, seg.kv)
+
     def attend(q, k, v):
-        return forward(q, jnp.swapaxes(k, 1, 2), v)
+        return forward(q, jnp.swapaxes(k, 1, 2), v, *segments)
 
     return attend
+
+
+def make_backward(params: dict[str, Any], interpret=None):
+    """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the port."""
+    mask = _mask(params)
+    seg = segment_ids(params)
+
+    def gradients(q, k, v, do):
+        def attend(q, k, v):
+            return mgpu_autodiff.splash_attention(
+                mask, q, k, v, segment_ids=seg, soft_cap=params.get("soft_cap"),
+                config=tuning(params), bwd_config=backward_tuning(params),
+                interpret=interpret)
+        _, vjp = jax.vjp(attend, q, k, v)
+        return dict(zip(("dq", "dk", "dv"), vjp(do.astype(q.dtype)), strict=True))
+
+    return gradients
 
 
 def arg_shapes(params: dict[str, Any]) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -97,8 +163,47 @@ def arg_shapes(params: dict[str, Any]) -> tuple[jax.ShapeDtypeStruct, ...]:
             jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype))
 
 
+def build_backward(params: dict[str, Any]) -> dict[str, Any]:
+    """Lower the dQ and dK/dV kernels for sm_90a; each one's launch and shared memory."""
+    config = backward_tuning(params)
+    mask = _mask(params)
+    the_problem = problem(params)
+    budget = mgpu_backward.smem_bytes(the_problem, config, has_tiles=False)
+    for kernel_name, asked in budget.items():
+        if asked > mgpu_forward.SMEM_LIMIT_BYTES:
+            raise ValueError(f"mgpu_bwd ({kernel_name} kernel) at {params}: {asked} bytes of "
+                             f"shared memory exceed the {mgpu_forward.SMEM_LIMIT_BYTES}-byte "
+                             f"limit ({config})")
+    dq_plan = block_plan.plan(mask, config.block_q, config.block_kv)
+    backward = mgpu_backward.make(
+        the_problem, config, dq_plan,
+        block_plan.plan_dkv(mask, config.block_q, config.block_kv, params["heads_kv"]))
+    q, k, v = arg_shapes(params)
+    lse = jax.ShapeDtypeStruct((params["heads_q"], params["seq_len"]), jnp.float32)
+    seg = segment_ids(params)
+    segments = () if seg is None else (seg.q, seg.kv)
+    lowered = mgpu_lowering.lower_for_cuda(lambda *args: backward(*args, *segments),
+                                      (q, k, v, q, lse, q))
+    tuning_facts = {"block_q": config.block_q, "block_kv": config.block_kv,
+                    "stages": config.stages}
+    return {
+        "artifacts": [{
+            "target": "cuda sm_90a",
+            "kind": f"Pallas Mosaic GPU {name} kernel (lowered on CPU, not run)",
+            "seconds": lowered["seconds"],
+            "facts": {**launch, "kernel": name, "smem_limit_bytes":
+                      mgpu_forward.SMEM_LIMIT_BYTES, "tuning": tuning_facts,
+                      "mask_source": "upstream mask function on iota"}}
+            for name, launch in zip(("dq", "dkv"), lowered["launches"], strict=True)],
+        "block_census": dq_plan.census(),
+        "block_table_heads": dq_plan.mask_heads,
+    }
+
+
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     """Lower for sm_90a; grid, block, shared memory against the limit, block census."""
+    if variant in BACKWARD_VARIANTS:
+        return build_backward(params)
     config = tuning(params)
     the_plan = plan(variant, params)
     budget = mgpu_forward.smem_bytes(problem(params), config, the_plan.mask_function is None)
@@ -114,7 +219,8 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
             "seconds": lowered["seconds"],
             "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
                       "tuning": {"block_q": config.block_q, "block_kv": config.block_kv,
-                                 "stages": config.stages},
+                                 "stages": config.stages,
+                                 "compute_warpgroups": config.compute_wgs},
                       "mask_source": ("MaskInfo partial tiles (TMA)"
                                       if the_plan.mask_function is None
                                       else "upstream mask function on iota")}}],

@@ -1,7 +1,11 @@
 """Splash attention forward for NVIDIA Hopper in Pallas Mosaic GPU (``plgpu.kernel``).
 
-One CTA per (query head, q-block), one warpgroup. For its row of upstream MaskInfo's
-block table (compacted by ``block_plan``) it walks only the non-empty kv blocks:
+One CTA per (query head, q-block). With one compute warpgroup (the default) that
+warpgroup issues the TMA copies and computes; with two (``compute_wgs=2``, FA3-style)
+two consumer warpgroups of 64 rows each share the kv ring that a third, producer
+warpgroup fills, handing slots back through "consumed" barriers. For its row of upstream
+MaskInfo's block table (compacted by ``block_plan``) the CTA walks only the non-empty kv
+blocks:
 
 1. TMA-copies the Q tile once, then K^T / V tiles (and, for a partial block, its mask
    tile) into a ring of ``stages`` SMEM slots, ``stages - 1`` blocks ahead;
@@ -13,12 +17,11 @@ block table (compacted by ``block_plan``) it walks only the non-empty kv blocks:
    wgmma, O and the row statistics carried in registers;
 4. O / l (0 for a row that sees no key) and optionally logsumexp, stored through SMEM.
 
-Segment ids reach the accumulator's layout through broadcast int32 tiles read from
-SMEM: q ids as [Sq, 32] (a row max gives the per-row vector), kv ids as [block_q, Skv]
-(read as a [block_q, block_kv] tile per step). This costs block_q x Skv x 4 bytes of
-global memory and block_q x block_kv x 4 bytes of SMEM per stage; a register-level
-broadcast would avoid it but needs ``plgpu.load`` with a layout, which the 0.10.2
-interpreter cannot run.
+Segment ids are TMA-copied as int32 vectors (the q block's once, each kv block's into
+the ring) and read in the accumulator's row (``WGMMA.reduce(1)``) or column
+(``WGMMA.reduce(0)``) layout by a ``layout_cast`` right after the SMEM read: the Mosaic
+GPU lowering then loads them in that layout, exactly as ``plgpu.load(..., layout=...)``
+(which the 0.10.2 interpreter cannot run) would.
 
 Constraints: f16/bf16; Dqk, Dv multiples of 64 up to 256; sequence lengths multiples
 of the block sizes; no 1/sqrt(D) scaling inside (as upstream). What is verified is
@@ -50,19 +53,36 @@ LOG2E = math.log2(math.e)
 M_FLOOR = -0.7 * float(np.finfo(np.float32).max)
 SMEM_LIMIT_BYTES = 232_448  # Hopper's opt-in dynamic shared memory per block (227 KiB)
 DTYPES = ("float16", "bfloat16")
+ROW = plgpu.Layout.WGMMA.reduce(1)  # one value per accumulator row
+COL = plgpu.Layout.WGMMA.reduce(0)  # one value per accumulator column
 
 
 @dataclasses.dataclass(frozen=True)
 class TuningConfig:
-    """Tile choice: rows of Q per CTA, kv columns per step, depth of the TMA ring."""
+    """Tile choice: rows of Q per CTA, kv columns per step, depth of the TMA ring, and
+    compute warpgroups per CTA: 1 (it also issues the TMA copies) or 2 (FA3-style: two
+    consumer warpgroups of 64 rows each and a producer warpgroup that only issues TMA;
+    block_q must then be 128).
+
+    Two warpgroups lower for sm_90a (tested), and ran correctly in the interpreter at
+    S=256 (causal and per-head masks, segment ids, logsumexp), but the 0.10.2 interpreter
+    runs the three warpgroups as threads and on a 2-core host it can deadlock (two
+    threads parked in barrier waits, the third never scheduled; seen with block_kv 128,
+    segment ids and logsumexp), so CI verifies the one-warpgroup form only."""
 
     block_q: int = 64
     block_kv: int = 64
     stages: int = 2
+    compute_wgs: int = 1
 
     def __post_init__(self):
         if self.block_q not in (64, 128):
             raise ValueError(f"{self.block_q=} must be 64 or 128 (one warpgroup's rows)")
+        if self.compute_wgs not in (1, 2):
+            raise ValueError(f"{self.compute_wgs=} must be 1 or 2")
+        if self.compute_wgs == 2 and self.block_q != 128:
+            raise ValueError(f"{self.compute_wgs=} needs block_q=128 (64 rows each), got "
+                             f"{self.block_q=}")
         if self.block_kv % 64 or not 64 <= self.block_kv <= 256:
             raise ValueError(f"{self.block_kv=} must be a multiple of 64 in [64, 256]")
         if not 1 <= self.stages <= 4:
@@ -107,26 +127,31 @@ def _tiled(shape, dtype):
 
 def scratch_types(problem: Problem, config: TuningConfig, has_tiles: bool) -> dict:
     """The kernel's shared memory by name (also what the budget counts)."""
-    bq, bkv, st, dt = config.block_q, config.block_kv, config.stages, jnp.dtype(problem.dtype)
+    bkv, st, dt = config.block_kv, config.stages, jnp.dtype(problem.dtype)
+    wgs = config.compute_wgs
+    rows = config.block_q // wgs  # rows of each compute warpgroup
     smem = {
-        "q_smem": _tiled((bq, problem.head_dim_qk), dt),
+        "q_smem": _tiled((wgs, rows, problem.head_dim_qk), dt),
         "k_smem": _tiled((st, problem.head_dim_qk, bkv), dt),  # K^T ring
         "v_smem": _tiled((st, bkv, problem.head_dim_v), dt),
-        "p_smem": _tiled((bq, bkv), dt),
-        "q_barrier": plgpu.Barrier(num_arrivals=2 if problem.segment_ids else 1),
+        "p_smem": _tiled((wgs, rows, bkv), dt),
+        "q_barrier": plgpu.Barrier(num_arrivals=2 if problem.segment_ids else 1,
+                                   num_barriers=wgs),
         "kv_barriers": plgpu.Barrier(num_arrivals=3 if problem.segment_ids else 2,
                                      num_barriers=st),
     }
+    if wgs > 1:  # the consumers free a ring slot for the producer
+        smem["consumed_barriers"] = plgpu.Barrier(num_arrivals=wgs, num_barriers=st)
     if problem.head_dim_v != problem.head_dim_qk:  # else O is staged in Q's buffer
-        smem["o_smem"] = _tiled((bq, problem.head_dim_v), dt)
+        smem["o_smem"] = _tiled((wgs, rows, problem.head_dim_v), dt)
     if has_tiles:
-        smem["tile_smem"] = _tiled((st, bq, bkv), dt)  # partial-mask tiles, 0/1
+        smem["tile_smem"] = _tiled((st, wgs, rows, bkv), dt)  # partial-mask tiles, 0/1
         smem["tile_barriers"] = plgpu.Barrier(num_arrivals=1, num_barriers=st)
     if problem.segment_ids:
-        smem["q_seg_smem"] = _tiled((bq, 32), jnp.int32)
-        smem["kv_seg_smem"] = _tiled((st, bq, bkv), jnp.int32)
+        smem["q_seg_smem"] = plgpu.SMEM((wgs, rows), jnp.int32)
+        smem["kv_seg_smem"] = plgpu.SMEM((st, bkv), jnp.int32)
     if problem.return_lse:
-        smem["lse_smem"] = plgpu.SMEM((bq,), jnp.float32)
+        smem["lse_smem"] = plgpu.SMEM((wgs, rows), jnp.float32)
     return smem
 
 
@@ -149,7 +174,8 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
     MaskInfo's partial tiles. ``interpret``: ``InterpretGPUParams`` to run in the Mosaic
     GPU interpreter, ``None`` for the real kernel.
     """
-    bq, bkv, stages = config.block_q, config.block_kv, config.stages
+    bq, bkv, stages, wgs = config.block_q, config.block_kv, config.stages, config.compute_wgs
+    rows = bq // wgs
     if problem.seq_q % bq or problem.seq_kv % bkv:
         raise ValueError(f"sequence lengths ({problem.seq_q}, {problem.seq_kv}) must be "
                          f"multiples of ({bq=}, {bkv=})")
@@ -166,8 +192,8 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
 
     def body(q_ref, kt_ref, v_ref, kv_block_ref, kind_ref, mask_block_ref, count_ref,
              tiles_ref, *refs, q_smem, k_smem, v_smem, p_smem, q_barrier,
-             kv_barriers, o_smem=None, tile_smem=None, tile_barriers=None, q_seg_smem=None,
-             kv_seg_smem=None, lse_smem=None):
+             kv_barriers, consumed_barriers=None, o_smem=None, tile_smem=None,
+             tile_barriers=None, q_seg_smem=None, kv_seg_smem=None, lse_smem=None):
         if problem.segment_ids:
             q_seg_ref, kv_seg_ref, *refs = refs
         out_ref, *refs = refs
@@ -178,12 +204,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
         q_block = lax.axis_index("q_blocks")
         kv_head = head // group
         plan_head = head if per_head_plan else 0
-        q_start = q_block * bq
         count = count_ref[plan_head, q_block]
-
-        plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(q_start, bq)], q_smem, q_barrier)
-        if problem.segment_ids:
-            plgpu.copy_gmem_to_smem(q_seg_ref.at[pl.ds(q_start, bq)], q_seg_smem, q_barrier)
 
         def issue(t, slot):
             kv_start = kv_block_ref[plan_head, q_block, t] * bkv
@@ -193,7 +214,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
             plgpu.copy_gmem_to_smem(v_ref.at[kv_head, pl.ds(kv_start, bkv)],
                                     v_smem.at[slot], barrier)
             if problem.segment_ids:
-                plgpu.copy_gmem_to_smem(kv_seg_ref.at[:, pl.ds(kv_start, bkv)],
+                plgpu.copy_gmem_to_smem(kv_seg_ref.at[pl.ds(kv_start, bkv)],
                                         kv_seg_smem.at[slot], barrier)
             if has_tiles:
                 @pl.when(kind_ref[plan_head, q_block, t] == PARTIAL)
@@ -202,107 +223,147 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
                         tiles_ref.at[mask_block_ref[plan_head, q_block, t]],
                         tile_smem.at[slot], tile_barriers.at[slot])
 
-        for t in range(stages):
-            pl.when(t < count)(functools.partial(issue, t, t))
-        plgpu.barrier_wait(q_barrier)
+        def prologue():
+            for t in range(stages):
+                pl.when(t < count)(functools.partial(issue, t, t))
 
-        q_segments = None
-        if problem.segment_ids:
-            # Row max of a [bq, 32] broadcast tile: the q ids in the accumulator's row layout.
-            q_segments = q_seg_smem[...].max(axis=1)
-
-        # Zeros in the accumulator's layouts: a fresh accumulator is zero-initialised.
-        zero_o = pl.run_scoped(lambda acc: acc[...],
-                               plgpu.ACC((bq, problem.head_dim_v), jnp.float32))
-        zero_row = pl.run_scoped(lambda acc: acc[...],
-                                 plgpu.ACC((bq, bkv), jnp.float32)).max(axis=1)
-
-        def step(t, carry):
-            o, row_max, row_sum = carry
-            slot = lax.rem(t, stages)
-            kind = kind_ref[plan_head, q_block, t]
-            kv_start = kv_block_ref[plan_head, q_block, t] * bkv
-            plgpu.barrier_wait(kv_barriers.at[slot])
-
-            def qk(acc):
-                plgpu.wgmma(acc, q_smem, k_smem.at[slot])
-                return acc[...]
-
-            s = pl.run_scoped(qk, plgpu.ACC((bq, bkv), jnp.float32))
-            if problem.soft_cap is not None:
-                s = problem.soft_cap * jnp.tanh(s / problem.soft_cap)
-
-            def masked(s):
-                if has_tiles:
-                    plgpu.barrier_wait(tile_barriers.at[slot])
-                    visible = tile_smem.at[slot][...] > 0.5
-                else:
-                    rows = plgpu.broadcasted_iota(jnp.int32, (bq, bkv), 0,
-                                                  layout=plgpu.Layout.WGMMA) + q_start
-                    cols = plgpu.broadcasted_iota(jnp.int32, (bq, bkv), 1,
-                                                  layout=plgpu.Layout.WGMMA) + kv_start
-                    visible = mask_function(rows, cols)
-                return jnp.where(visible, s, -jnp.inf)
-
-            s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+        def compute(wg, release):
+            """One warpgroup's rows; ``release(t, slot)`` hands a consumed slot back."""
+            q_start = q_block * bq + wg * rows
+            plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(q_start, rows)], q_smem.at[wg],
+                                    q_barrier.at[wg])
             if problem.segment_ids:
-                same = (lax.broadcast_in_dim(q_segments, (bq, bkv), [0])
-                        == kv_seg_smem.at[slot][...])
-                s = jnp.where(same, s, -jnp.inf)
+                plgpu.copy_gmem_to_smem(q_seg_ref.at[pl.ds(q_start, rows)],
+                                        q_seg_smem.at[wg], q_barrier.at[wg])
+            plgpu.barrier_wait(q_barrier.at[wg])
 
-            row_max_new = jnp.maximum(row_max, s.max(axis=1) * LOG2E)
-            alpha = jnp.exp2(row_max - row_max_new)
-            p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(row_max_new, s.shape, [0]))
-            row_sum = row_sum * alpha + p.sum(axis=1)
-            p_smem[...] = p.astype(dtype)
+            q_segments = None
+            if problem.segment_ids:
+                q_segments = plgpu.layout_cast(q_seg_smem.at[wg][...], ROW)
+
+            # Zeros in the accumulator's layouts: a fresh accumulator is zero-initialised.
+            zero_o = pl.run_scoped(lambda acc: acc[...],
+                                   plgpu.ACC((rows, problem.head_dim_v), jnp.float32))
+            zero_row = pl.run_scoped(lambda acc: acc[...],
+                                     plgpu.ACC((rows, bkv), jnp.float32)).max(axis=1)
+
+            def step(t, carry):
+                o, row_max, row_sum = carry
+                slot = lax.rem(t, stages)
+                kind = kind_ref[plan_head, q_block, t]
+                kv_start = kv_block_ref[plan_head, q_block, t] * bkv
+                plgpu.barrier_wait(kv_barriers.at[slot])
+
+                def qk(acc):
+                    plgpu.wgmma(acc, q_smem.at[wg], k_smem.at[slot])
+                    return acc[...]
+
+                s = pl.run_scoped(qk, plgpu.ACC((rows, bkv), jnp.float32))
+                if problem.soft_cap is not None:
+                    s = problem.soft_cap * jnp.tanh(s / problem.soft_cap)
+
+                def masked(s):
+                    if has_tiles:
+                        plgpu.barrier_wait(tile_barriers.at[slot])
+                        visible = tile_smem.at[slot, wg][...] > 0.5
+                    else:
+                        ids = plgpu.broadcasted_iota(jnp.int32, (rows, bkv), 0,
+                                                     layout=plgpu.Layout.WGMMA) + q_start
+                        cols = plgpu.broadcasted_iota(jnp.int32, (rows, bkv), 1,
+                                                      layout=plgpu.Layout.WGMMA) + kv_start
+                        visible = mask_function(ids, cols)
+                    return jnp.where(visible, s, -jnp.inf)
+
+                s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+                if problem.segment_ids:
+                    kv_segments = plgpu.layout_cast(kv_seg_smem.at[slot][...], COL)
+                    same = (lax.broadcast_in_dim(q_segments, (rows, bkv), [0])
+                            == lax.broadcast_in_dim(kv_segments, (rows, bkv), [1]))
+                    s = jnp.where(same, s, -jnp.inf)
+
+                row_max_new = jnp.maximum(row_max, s.max(axis=1) * LOG2E)
+                alpha = jnp.exp2(row_max - row_max_new)
+                p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(row_max_new, s.shape, [0]))
+                row_sum = row_sum * alpha + p.sum(axis=1)
+                p_smem.at[wg][...] = p.astype(dtype)
+                plgpu.commit_smem()
+
+                def pv(acc):
+                    plgpu.wgmma(acc, p_smem.at[wg], v_smem.at[slot])
+                    return acc[...]
+
+                o_step = pl.run_scoped(pv, plgpu.ACC((rows, problem.head_dim_v), jnp.float32))
+                o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + o_step
+                # Both wgmmas of this slot have completed (their results were read).
+                release(t, slot)
+                return o, row_max_new, row_sum
+
+            o, row_max, row_sum = lax.fori_loop(0, count, step,
+                                                (zero_o, zero_row + M_FLOOR, zero_row))
+            seen = row_sum > 0
+            # The last wgmma reading Q has completed (its result was read): Q's buffer is
+            # free to stage O when the head dims agree.
+            out_smem = (q_smem if o_smem is None else o_smem).at[wg]
+            safe_sum = jnp.where(seen, row_sum, 1.0)
+            inv_sum = jnp.where(seen, 1.0 / safe_sum, 0.0)  # a row that sees no key: 0
+            out_smem[...] = (o * lax.broadcast_in_dim(inv_sum, o.shape, [0])).astype(dtype)
+            if problem.return_lse:
+                lse = (row_max + jnp.log2(safe_sum)) / LOG2E
+                lse_smem.at[wg][...] = jnp.where(seen, lse, -jnp.inf)
             plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(out_smem, out_ref.at[head, pl.ds(q_start, rows)])
+            if problem.return_lse:
+                plgpu.copy_smem_to_gmem(lse_smem.at[wg], lse_ref.at[head, pl.ds(q_start, rows)])
+            plgpu.wait_smem_to_gmem(0)
 
-            def pv(acc):
-                plgpu.wgmma(acc, p_smem, v_smem.at[slot])
-                return acc[...]
+        if wgs == 1:
+            # One warpgroup issues the copies and computes; it refills a slot itself.
+            prologue()
+            compute(0, lambda t, slot: pl.when(t + stages < count)(
+                lambda: issue(t + stages, slot)))
+            return
 
-            o_step = pl.run_scoped(pv, plgpu.ACC((bq, problem.head_dim_v), jnp.float32))
-            o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + o_step
-            # Both wgmmas of this slot have completed (their results were read): refill it.
-            pl.when(t + stages < count)(lambda: issue(t + stages, slot))
-            return o, row_max_new, row_sum
+        wg = lax.axis_index("wg")
 
-        o, row_max, row_sum = lax.fori_loop(0, count, step,
-                                            (zero_o, zero_row + M_FLOOR, zero_row))
-        seen = row_sum > 0
-        # The last wgmma reading Q has completed (its result was read): Q's buffer is free.
-        o_smem = q_smem if o_smem is None else o_smem
-        safe_sum = jnp.where(seen, row_sum, 1.0)
-        inv_sum = jnp.where(seen, 1.0 / safe_sum, 0.0)  # a row that sees no key: 0
-        o_smem[...] = (o * lax.broadcast_in_dim(inv_sum, o.shape, [0])).astype(dtype)
-        if problem.return_lse:
-            lse = (row_max + jnp.log2(safe_sum)) / LOG2E
-            lse_smem[...] = jnp.where(seen, lse, -jnp.inf)
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(o_smem, out_ref.at[head, pl.ds(q_start, bq)])
-        if problem.return_lse:
-            plgpu.copy_smem_to_gmem(lse_smem, lse_ref.at[head, pl.ds(q_start, bq)])
-        plgpu.wait_smem_to_gmem(0)
+        @pl.when(wg < wgs)
+        def _consumers():
+            compute(wg, lambda t, slot: plgpu.barrier_arrive(consumed_barriers.at[slot]))
+
+        @pl.when(wg == wgs)
+        def _producer():
+            prologue()
+
+            @pl.loop(stages, jnp.maximum(count, stages))
+            def _refill(t):
+                slot = lax.rem(t, stages)
+                plgpu.barrier_wait(consumed_barriers.at[slot])  # step t - stages is done
+                issue(t, slot)
+
+            # Observe the releases of the last steps, so every barrier phase completes.
+            @pl.loop(jnp.maximum(count - stages, 0), count)
+            def _drain(t):
+                plgpu.barrier_wait(consumed_barriers.at[lax.rem(t, stages)])
 
     out_type = [jax.ShapeDtypeStruct((problem.heads_q, problem.seq_q, problem.head_dim_v),
                                      dtype)]
     if problem.return_lse:
         out_type.append(jax.ShapeDtypeStruct((problem.heads_q, problem.seq_q), jnp.float32))
+    threads = {} if wgs == 1 else {"num_threads": wgs + 1, "thread_name": "wg"}
     call = plgpu.kernel(
         body, out_type=tuple(out_type), grid=(problem.heads_q, q_blocks),
         grid_names=("heads", "q_blocks"),
-        scratch_types=scratch_types(problem, config, has_tiles), interpret=interpret)
+        scratch_types=scratch_types(problem, config, has_tiles), interpret=interpret,
+        **threads)
     tables = tuple(jnp.asarray(a) for a in (block_plan.kv_block, block_plan.kind,
                                             block_plan.mask_block, block_plan.count))
     tiles = jnp.asarray(block_plan.partial_blocks if has_tiles
                         else np.zeros((1, bq, bkv), bool), dtype)
+    tiles = tiles.reshape(tiles.shape[0], wgs, rows, bkv)  # each warpgroup's rows
 
     def forward(q, k_t, v, q_seg=None, kv_seg=None):
         extra = ()
         if problem.segment_ids:
-            # Broadcast to tiles the accumulator layout can be read from (see module doc).
-            extra = (jnp.broadcast_to(q_seg[:, None], (problem.seq_q, 32)).astype(jnp.int32),
-                     jnp.broadcast_to(kv_seg[None, :], (bq, problem.seq_kv)).astype(jnp.int32))
+            extra = (q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
         outs = call(q, k_t, v, *tables, tiles, *extra)
         return outs if problem.return_lse else outs[0]
 

@@ -10,6 +10,8 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info
 
+from kernels.splash_attention.masks import segment_ids
+
 # MaskInfo's block classes, as upstream numbers them.
 BLOCK_CLASSES = {0: "empty", 1: "partial", 2: "full"}
 
@@ -52,9 +54,16 @@ def checking_mode() -> pltpu.InterpretParams:
 
 
 def make(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
-    """The upstream kernel for ``params``: a callable of (q, k, v)."""
-    return splash.make_splash_mha_single_device(
-        mask(params), block_sizes=block_sizes(params), interpret=interpret)
+    """The upstream kernel for ``params``: a callable of (q, k, v) (the point's segment
+    ids, when it packs sequences, and soft cap are fixed by ``params``)."""
+    kernel = splash.make_splash_mha_single_device(
+        mask(params), block_sizes=block_sizes(params), interpret=interpret,
+        attn_logits_soft_cap=params.get("soft_cap"))
+    ids = segment_ids(params)
+    if ids is None:
+        return kernel
+    segments = splash.SegmentIds(q=ids, kv=ids)
+    return lambda q, k, v: kernel(q, k, v, segment_ids=segments)
 
 
 def races_found() -> bool:

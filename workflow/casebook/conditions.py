@@ -81,6 +81,7 @@ def correctness(ev: Evidence) -> list[str]:
              if "execution" in c}
     if modes:
         lines.append("Checked in: " + "; ".join(sorted(modes)))
+    lines += [randomized_line(r) for r in ev.randomized]
     for (variant, point), record in ev.verify.items():
         if not record["ran"]:
             lines.append(f"{variant} @ {point}: not run here: {record['not_run_reason']}")
@@ -94,6 +95,22 @@ def correctness(ev: Evidence) -> list[str]:
             f"per mode, seed {record['seed']}, "
             f"races found: {'yes' if record['races_found'] else 'no'}")
     return lines
+
+
+def _worst_text(worst: dict[str, float | None]) -> str:
+    return ", ".join(f"{name} {value:.3g}×" for name, value in worst.items() if value is not None)
+
+
+def randomized_line(r: dict[str, Any]) -> str:
+    """One randomized (fuzz) record in one line: draws, failures, worst per variant."""
+    per_variant = "; ".join(
+        f"{variant} ({v['examples']} draws, {v['failed']} failed): "
+        f"{_worst_text(v['worst_error_over_tolerance'])}"
+        for variant, v in r["per_variant"].items() if v["examples"])
+    return (f"Randomized check ({r['description']}; {r['record']}, {r['execution']}): "
+            f"{r['examples']} random problems, {r['failed']} failed, races found in "
+            f"{r['races']}, seed {r['seed']}; worst error / tolerance per variant: "
+            f"{per_variant}")
 
 
 def _measured_or_why(record: dict[str, Any]) -> str:

@@ -24,6 +24,8 @@ class Evidence:
     noise_floor: dict[str, Any] | None  # the host's A/A record; None: none recorded
     sources: list[str]  # every record file read
     current_sources_sha256: str
+    # The case's randomized_check records (benchmarks), with the config entry citing each.
+    randomized: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def points(self) -> list[str]:
@@ -97,6 +99,11 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
     sources += [env_path, host_path]
     env, host = records.read(env_path, "env"), records.read(host_path, "host")
     builds = {v: read(paths.build_record(target, case, v), "build") for v in variants}
+    randomized = []
+    for check in spec.get("randomized_checks", []):
+        sources.append(check["record"])  # relative to the sources, as the config says
+        randomized.append({**check, **records.read(paths.SOURCE_ROOT / check["record"],
+                                                   "randomized_check")})
     return Evidence(
         case=case, target=target, spec=spec, env=env, host=host,
         builds={v: b for v, b in builds.items() if b is not None},
@@ -105,6 +112,7 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
         baselines=grid([b["name"] for b in spec["baselines"]], paths.baseline_record,
                        "baseline"),
         noise_floor=read(paths.noise_floor_record(target), "noise_floor"),
+        randomized=randomized,
         sources=sources,
         current_sources_sha256=provenance.case_sources_sha256(case, case_path),
     )

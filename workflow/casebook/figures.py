@@ -76,6 +76,11 @@ def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
 REGISTER_LIMIT = 255  # registers per thread an sm_90 kernel may use
 
 
+def launch_name(row: dict[str, Any]) -> str:
+    """The variant, and which of its kernels when it lowers to several (facts["kernel"])."""
+    return f"{row['variant']} {row['kernel']}" if row.get("kernel") else row["variant"]
+
+
 def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
     """Shared memory per configuration; beside it registers per thread, where the builds
     record them (read from the cubin)."""
@@ -84,11 +89,13 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
     # Points whose builds record the same resources share one bar (one compiled kernel).
     same: dict[tuple, list[dict[str, Any]]] = {}
     for r in launches:
-        key = (r["variant"], r["target"], r["dynamic_smem_bytes"], r.get("registers_per_thread"))
+        key = (launch_name(r), r["target"], r["dynamic_smem_bytes"],
+               r.get("registers_per_thread"))
         same.setdefault(key, []).append(r)
     rows = [group[0] for group in same.values()]
-    labels = [f"{g[0]['variant']} @ {g[0]['point']}" if len(g) == 1 else
-              f"{g[0]['variant']} @ {len(g)} points ({g[0]['point']}, …)" for g in same.values()]
+    labels = [f"{launch_name(g[0])} @ {g[0]['point']}" if len(g) == 1 else
+              f"{launch_name(g[0])} @ {len(g)} points ({g[0]['point']}, …)"
+              for g in same.values()]
     fig, axes = plt.subplots(1, 2 if registers else 1, squeeze=False, sharey=True,
                              figsize=(9.6 if registers else 7.2, 0.28 * len(rows) + 1.4))
     panels = [("dynamic shared memory per CTA (KiB)", [r["dynamic_smem_bytes"] / 1024

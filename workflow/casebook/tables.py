@@ -115,7 +115,8 @@ def _dims(values: list[int] | None) -> str | None:
 def lowering(ev: Evidence) -> str:
     """What each variant was compiled to at each point: launch shape, registers and shared
     memory, as far as its build records them (columns no build records are left out)."""
-    rows = [{"variant": r["variant"], "point": r["point"], "run here": _run_here(ev, r),
+    rows = [{"variant": figures.launch_name(r), "point": r["point"],
+             "run here": _run_here(ev, r),
              "target": r["target"], "grid": _dims(r.get("grid")),
              "block": _dims(r.get("block")),
              "registers / thread": r.get("registers_per_thread"),

@@ -104,14 +104,21 @@ def case_manifests(case):
     return [paths.figure_manifest(case, t) for t in TARGETS]
 
 
+def randomized_records(case):
+    """The benchmark records of randomized checks the case's page cites."""
+    return [str(paths.SOURCE_ROOT / c["record"]) for c in CASES[case].get("randomized_checks", [])]
+
+
 def figure_inputs(wildcards):
     if wildcards.shown_target in MEASURED:
-        return case_records(wildcards.case, wildcards.shown_target)
+        return [*case_records(wildcards.case, wildcards.shown_target),
+                *randomized_records(wildcards.case)]
     # Another machine's records: rendered as found, never regenerated.
     target = wildcards.shown_target
     found = Path(paths.target_dir(target), wildcards.case).rglob("*.json")
     floor = [f for f in [paths.noise_floor_record(target)] if Path(f).exists()]
-    return [paths.env_record(target), paths.host_record(target), *floor, *sorted(map(str, found))]
+    return [paths.env_record(target), paths.host_record(target), *floor, *sorted(map(str, found)),
+            *randomized_records(wildcards.case)]
 
 
 def final_outputs():

@@ -1,0 +1,418 @@
+"""Splash attention backward for NVIDIA Hopper in Pallas Mosaic GPU: dQ and dK/dV.
+
+With S = cap(Q·Kᵀ) masked, P = exp(S - lse) (``lse`` from the forward kernel),
+Δ = rowsum(dO ∘ O), dP = dO·Vᵀ and dS = P ∘ (dP - Δ) ∘ cap'(Q·Kᵀ):
+dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO. Two kernels, each one warpgroup per CTA:
+
+- ``dq``: one CTA per (query head, q block) walks the non-empty kv blocks of upstream's
+  dq MaskInfo (the forward's table): S = Q·Kᵀ and dP = dO·Vᵀ by wgmma from K^T and V^T
+  tiles, dS to SMEM, dQ += dS·K by wgmma, dQ in registers;
+- ``dkv``: one CTA per (kv head, kv block) walks, for every query head of its group, the
+  non-empty q blocks of upstream's dkv MaskInfo, in the transposed orientation so no
+  operand needs a transpose: Sᵀ = K·Qᵀ, Pᵀ to SMEM, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ to
+  SMEM, dK += dSᵀ·Q. dK and dV are summed over the group's query heads in registers
+  (GQA/MQA) and written once.
+
+Every wgmma reads both operands from SMEM in the orientation it needs: K, Kᵀ, Vᵀ (dq)
+and Q, Qᵀ, dO, dOᵀ (dkv) are stored pre-transposed in global memory by the wrapper, as
+the forward stores Kᵀ. This doubles those tiles' TMA traffic and SMEM against a
+``transpose_ref`` operand (which the 0.10.2 interpreter cannot run); what is verified
+is what is lowered. Per-row statistics (lse, Δ) and segment ids are TMA-copied as
+vectors and read in the accumulator's row (``WGMMA.reduce(1)``) or column
+(``WGMMA.reduce(0)``) layout by a ``layout_cast`` right after the read, which lowers as
+``plgpu.load(..., layout=...)`` does. Partial blocks use the mask function on iota
+(causal/local/chunked) or MaskInfo's partial tiles by TMA, as the forward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from kernels import mgpu_interpret
+from kernels.splash_attention.block_plan import PARTIAL, BlockPlan, DkvPlan
+from kernels.splash_attention.mgpu_forward import COL, LOG2E, ROW, Problem, _tiled
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardConfig:
+    """Tile choice of both backward kernels: the dq kernel's CTA owns ``block_q`` rows
+    and steps over ``block_kv`` columns; the dkv kernel's CTA owns ``block_kv`` rows and
+    steps over ``block_q`` columns. ``stages``: depth of each TMA ring."""
+
+    block_q: int = 64
+    block_kv: int = 64
+    stages: int = 2
+
+    def __post_init__(self):
+        for name in ("block_q", "block_kv"):
+            if getattr(self, name) not in (64, 128):
+                raise ValueError(f"{name}={getattr(self, name)} must be 64 or 128")
+        if not 1 <= self.stages <= 4:
+            raise ValueError(f"{self.stages=} must be in [1, 4]")
+
+
+def dq_scratch(problem: Problem, config: BackwardConfig, has_tiles: bool) -> dict:
+    bq, bkv, st, dt = config.block_q, config.block_kv, config.stages, jnp.dtype(problem.dtype)
+    seg = problem.segment_ids
+    smem = {
+        "q_smem": _tiled((bq, problem.head_dim_qk), dt),  # then dQ's staging buffer
+        "do_smem": _tiled((bq, problem.head_dim_v), dt),
+        "lse_smem": plgpu.SMEM((bq,), jnp.float32),
+        "delta_smem": plgpu.SMEM((bq,), jnp.float32),
+        "k_smem": _tiled((st, bkv, problem.head_dim_qk), dt),
+        "kt_smem": _tiled((st, problem.head_dim_qk, bkv), dt),
+        "vt_smem": _tiled((st, problem.head_dim_v, bkv), dt),
+        "ds_smem": _tiled((bq, bkv), dt),
+        "row_barrier": plgpu.Barrier(num_arrivals=5 if seg else 4),
+        "kv_barriers": plgpu.Barrier(num_arrivals=4 if seg else 3, num_barriers=st),
+    }
+    if has_tiles:
+        smem["tile_smem"] = _tiled((st, bq, bkv), dt)
+        smem["tile_barriers"] = plgpu.Barrier(num_arrivals=1, num_barriers=st)
+    if seg:
+        smem["q_seg_smem"] = plgpu.SMEM((bq,), jnp.int32)
+        smem["kv_seg_smem"] = plgpu.SMEM((st, bkv), jnp.int32)
+    return smem
+
+
+def dkv_scratch(problem: Problem, config: BackwardConfig, has_tiles: bool) -> dict:
+    bq, bkv, st, dt = config.block_q, config.block_kv, config.stages, jnp.dtype(problem.dtype)
+    seg = problem.segment_ids
+    smem = {
+        "k_smem": _tiled((bkv, problem.head_dim_qk), dt),  # then dK's staging buffer
+        "v_smem": _tiled((bkv, problem.head_dim_v), dt),  # then dV's
+        "q_smem": _tiled((st, bq, problem.head_dim_qk), dt),
+        "qt_smem": _tiled((st, problem.head_dim_qk, bq), dt),
+        "do_smem": _tiled((st, bq, problem.head_dim_v), dt),
+        "dot_smem": _tiled((st, problem.head_dim_v, bq), dt),
+        "lse_smem": plgpu.SMEM((st, bq), jnp.float32),
+        "delta_smem": plgpu.SMEM((st, bq), jnp.float32),
+        "p_smem": _tiled((bkv, bq), dt),  # Pᵀ, then dSᵀ
+        "kv_barrier": plgpu.Barrier(num_arrivals=3 if seg else 2),
+        "q_barriers": plgpu.Barrier(num_arrivals=7 if seg else 6, num_barriers=st),
+    }
+    if has_tiles:
+        smem["tile_smem"] = _tiled((st, bkv, bq), dt)
+        smem["tile_barriers"] = plgpu.Barrier(num_arrivals=1, num_barriers=st)
+    if seg:
+        smem["kv_seg_smem"] = plgpu.SMEM((bkv,), jnp.int32)
+        smem["q_seg_smem"] = plgpu.SMEM((st, bq), jnp.int32)
+    return smem
+
+
+def _bytes(scratch: dict) -> int:
+    total = 0
+    for item in scratch.values():
+        if isinstance(item, plgpu.Barrier):
+            total += 8 * math.prod(item.num_barriers)
+        else:
+            total += math.prod(item.shape) * jnp.dtype(item.dtype).itemsize
+    return total
+
+
+def smem_bytes(problem: Problem, config: BackwardConfig, has_tiles: bool) -> dict[str, int]:
+    """Shared memory each backward kernel asks for, from its buffers' shapes."""
+    return {"dq": _bytes(dq_scratch(problem, config, has_tiles)),
+            "dkv": _bytes(dkv_scratch(problem, config, has_tiles))}
+
+
+def _zeros(shape):
+    """Zeros in the accumulator's layout: a fresh accumulator is zero-initialised."""
+    return pl.run_scoped(lambda acc: acc[...], plgpu.ACC(shape, jnp.float32))
+
+
+def _mm(a_smem, b_smem, shape):
+    def run(acc):
+        plgpu.wgmma(acc, a_smem, b_smem)
+        return acc[...]
+    return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
+
+
+def _visible(mask_function, tile_ref, q_ids, kv_ids):
+    """The partial block's mask: from the tile in SMEM, or the mask function on iota."""
+    if mask_function is None:
+        return tile_ref[...] > 0.5
+    return mask_function(q_ids, kv_ids)
+
+
+def _iota(shape, dim, start):
+    return plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=plgpu.Layout.WGMMA) + start
+
+
+def _logits(problem: Problem, s):
+    """cap(s) and cap'(s) = 1 - tanh²(s/cap) (None without a soft cap)."""
+    if problem.soft_cap is None:
+        return s, None
+    t = jnp.tanh(s / problem.soft_cap)
+    return problem.soft_cap * t, 1.0 - t * t
+
+
+def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret: Any = None):
+    """``f(q, k, k_t, v_t, do, lse2, delta[, q_seg, kv_seg]) -> dq`` (lse2 = lse·log2 e,
+    +inf on a row that sees no key)."""
+    bq, bkv, stages = config.block_q, config.block_kv, config.stages
+    dtype = jnp.dtype(problem.dtype)
+    group = problem.heads_q // problem.heads_kv
+    per_head_plan = plan.mask_heads > 1
+    mask_function = plan.mask_function
+    has_tiles = mask_function is None
+    seg = problem.segment_ids
+
+    def body(q_ref, k_ref, kt_ref, vt_ref, do_ref, lse_ref, delta_ref, block_ref, kind_ref,
+             mask_block_ref, count_ref, tiles_ref, *refs, q_smem, do_smem, lse_smem,
+             delta_smem, k_smem, kt_smem, vt_smem, ds_smem, row_barrier, kv_barriers,
+             tile_smem=None, tile_barriers=None, q_seg_smem=None, kv_seg_smem=None):
+        if seg:
+            q_seg_ref, kv_seg_ref, *refs = refs
+        (dq_ref,) = refs
+        head = lax.axis_index("heads")
+        q_block = lax.axis_index("q_blocks")
+        kv_head = head // group
+        plan_head = head if per_head_plan else 0
+        q_start = q_block * bq
+        count = count_ref[plan_head, q_block]
+        rows = pl.ds(q_start, bq)
+
+        plgpu.copy_gmem_to_smem(q_ref.at[head, rows], q_smem, row_barrier)
+        plgpu.copy_gmem_to_smem(do_ref.at[head, rows], do_smem, row_barrier)
+        plgpu.copy_gmem_to_smem(lse_ref.at[head, rows], lse_smem, row_barrier)
+        plgpu.copy_gmem_to_smem(delta_ref.at[head, rows], delta_smem, row_barrier)
+        if seg:
+            plgpu.copy_gmem_to_smem(q_seg_ref.at[rows], q_seg_smem, row_barrier)
+
+        def issue(t, slot):
+            cols = pl.ds(block_ref[plan_head, q_block, t] * bkv, bkv)
+            barrier = kv_barriers.at[slot]
+            plgpu.copy_gmem_to_smem(k_ref.at[kv_head, cols], k_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(kt_ref.at[kv_head, :, cols], kt_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(vt_ref.at[kv_head, :, cols], vt_smem.at[slot], barrier)
+            if seg:
+                plgpu.copy_gmem_to_smem(kv_seg_ref.at[cols], kv_seg_smem.at[slot], barrier)
+            if has_tiles:
+                @pl.when(kind_ref[plan_head, q_block, t] == PARTIAL)
+                def _():
+                    plgpu.copy_gmem_to_smem(
+                        tiles_ref.at[mask_block_ref[plan_head, q_block, t]],
+                        tile_smem.at[slot], tile_barriers.at[slot])
+
+        for t in range(stages):
+            pl.when(t < count)(functools.partial(issue, t, t))
+        plgpu.barrier_wait(row_barrier)
+        lse = plgpu.layout_cast(lse_smem[...], ROW)
+        delta = plgpu.layout_cast(delta_smem[...], ROW)
+        q_segments = plgpu.layout_cast(q_seg_smem[...], ROW) if seg else None
+
+        def step(t, dq):
+            slot = lax.rem(t, stages)
+            kind = kind_ref[plan_head, q_block, t]
+            kv_start = block_ref[plan_head, q_block, t] * bkv
+            plgpu.barrier_wait(kv_barriers.at[slot])
+            s, slope = _logits(problem, _mm(q_smem, kt_smem.at[slot], (bq, bkv)))
+
+            def masked(s):
+                if has_tiles:
+                    plgpu.barrier_wait(tile_barriers.at[slot])
+                visible = _visible(mask_function, tile_smem.at[slot] if has_tiles else None,
+                                   _iota((bq, bkv), 0, q_start), _iota((bq, bkv), 1, kv_start))
+                return jnp.where(visible, s, -jnp.inf)
+
+            s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+            if seg:
+                kv_segments = plgpu.layout_cast(kv_seg_smem.at[slot][...], COL)
+                same = (lax.broadcast_in_dim(q_segments, (bq, bkv), [0])
+                        == lax.broadcast_in_dim(kv_segments, (bq, bkv), [1]))
+                s = jnp.where(same, s, -jnp.inf)
+            p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(lse, (bq, bkv), [0]))
+            dp = _mm(do_smem, vt_smem.at[slot], (bq, bkv))
+            ds = p * (dp - lax.broadcast_in_dim(delta, (bq, bkv), [0]))
+            if slope is not None:
+                ds = ds * slope
+            ds_smem[...] = ds.astype(dtype)
+            plgpu.commit_smem()
+            dq = dq + _mm(ds_smem, k_smem.at[slot], (bq, problem.head_dim_qk))
+            # Every wgmma reading this slot has completed (results read): refill it.
+            pl.when(t + stages < count)(lambda: issue(t + stages, slot))
+            return dq
+
+        dq = lax.fori_loop(0, count, step, _zeros((bq, problem.head_dim_qk)))
+        q_smem[...] = dq.astype(dtype)  # the last wgmma reading Q has completed
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(q_smem, dq_ref.at[head, rows])
+        plgpu.wait_smem_to_gmem(0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct(
+            (problem.heads_q, problem.seq_q, problem.head_dim_qk), dtype),
+        grid=(problem.heads_q, problem.seq_q // bq), grid_names=("heads", "q_blocks"),
+        scratch_types=dq_scratch(problem, config, has_tiles), interpret=interpret)
+
+
+def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret: Any = None):
+    """``f(q, q_t, k, v, do, do_t, lse2, delta[, q_seg, kv_seg]) -> (dk, dv)``."""
+    bq, bkv, stages = config.block_q, config.block_kv, config.stages
+    dtype = jnp.dtype(problem.dtype)
+    group = problem.heads_q // problem.heads_kv
+    per_head_plan = plan.plan_heads > 1
+    mask_function = plan.mask_function
+    has_tiles = mask_function is None
+    seg = problem.segment_ids
+
+    def body(q_ref, qt_ref, k_ref, v_ref, do_ref, dot_ref, lse_ref, delta_ref, head_ref,
+             block_ref, kind_ref, mask_block_ref, count_ref, tiles_ref, *refs, k_smem, v_smem,
+             q_smem, qt_smem, do_smem, dot_smem, lse_smem, delta_smem, p_smem, kv_barrier,
+             q_barriers, tile_smem=None, tile_barriers=None, kv_seg_smem=None,
+             q_seg_smem=None):
+        if seg:
+            q_seg_ref, kv_seg_ref, *refs = refs
+        dk_ref, dv_ref = refs
+        kv_head = lax.axis_index("heads")
+        kv_block = lax.axis_index("kv_blocks")
+        p_head = kv_head if per_head_plan else 0
+        kv_start = kv_block * bkv
+        count = count_ref[p_head, kv_block]
+        rows = pl.ds(kv_start, bkv)
+
+        plgpu.copy_gmem_to_smem(k_ref.at[kv_head, rows], k_smem, kv_barrier)
+        plgpu.copy_gmem_to_smem(v_ref.at[kv_head, rows], v_smem, kv_barrier)
+        if seg:
+            plgpu.copy_gmem_to_smem(kv_seg_ref.at[rows], kv_seg_smem, kv_barrier)
+
+        def issue(u, slot):
+            head = kv_head * group + head_ref[p_head, kv_block, u]
+            cols = pl.ds(block_ref[p_head, kv_block, u] * bq, bq)
+            barrier = q_barriers.at[slot]
+            plgpu.copy_gmem_to_smem(q_ref.at[head, cols], q_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(qt_ref.at[head, :, cols], qt_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(do_ref.at[head, cols], do_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(dot_ref.at[head, :, cols], dot_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(lse_ref.at[head, cols], lse_smem.at[slot], barrier)
+            plgpu.copy_gmem_to_smem(delta_ref.at[head, cols], delta_smem.at[slot], barrier)
+            if seg:
+                plgpu.copy_gmem_to_smem(q_seg_ref.at[cols], q_seg_smem.at[slot], barrier)
+            if has_tiles:
+                @pl.when(kind_ref[p_head, kv_block, u] == PARTIAL)
+                def _():
+                    plgpu.copy_gmem_to_smem(
+                        tiles_ref.at[mask_block_ref[p_head, kv_block, u]],
+                        tile_smem.at[slot], tile_barriers.at[slot])
+
+        for u in range(stages):
+            pl.when(u < count)(functools.partial(issue, u, u))
+        plgpu.barrier_wait(kv_barrier)
+        kv_segments = plgpu.layout_cast(kv_seg_smem[...], ROW) if seg else None
+
+        def step(u, carry):
+            dk, dv = carry
+            slot = lax.rem(u, stages)
+            kind = kind_ref[p_head, kv_block, u]
+            q_start = block_ref[p_head, kv_block, u] * bq
+            plgpu.barrier_wait(q_barriers.at[slot])
+            s, slope = _logits(problem, _mm(k_smem, qt_smem.at[slot], (bkv, bq)))  # Sᵀ
+
+            def masked(s):
+                if has_tiles:
+                    plgpu.barrier_wait(tile_barriers.at[slot])
+                visible = _visible(mask_function, tile_smem.at[slot] if has_tiles else None,
+                                   _iota((bkv, bq), 1, q_start), _iota((bkv, bq), 0, kv_start))
+                return jnp.where(visible, s, -jnp.inf)
+
+            s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+            if seg:
+                q_segments = plgpu.layout_cast(q_seg_smem.at[slot][...], COL)
+                same = (lax.broadcast_in_dim(kv_segments, (bkv, bq), [0])
+                        == lax.broadcast_in_dim(q_segments, (bkv, bq), [1]))
+                s = jnp.where(same, s, -jnp.inf)
+            lse = plgpu.layout_cast(lse_smem.at[slot][...], COL)
+            p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(lse, (bkv, bq), [1]))  # Pᵀ
+            p_smem[...] = p.astype(dtype)
+            plgpu.commit_smem()
+            dv = dv + _mm(p_smem, do_smem.at[slot], (bkv, problem.head_dim_v))
+            dp = _mm(v_smem, dot_smem.at[slot], (bkv, bq))  # dPᵀ
+            delta = plgpu.layout_cast(delta_smem.at[slot][...], COL)
+            ds = p * (dp - lax.broadcast_in_dim(delta, (bkv, bq), [1]))
+            if slope is not None:
+                ds = ds * slope
+            p_smem[...] = ds.astype(dtype)  # the wgmma reading Pᵀ has completed
+            plgpu.commit_smem()
+            dk = dk + _mm(p_smem, q_smem.at[slot], (bkv, problem.head_dim_qk))
+            pl.when(u + stages < count)(lambda: issue(u + stages, slot))
+            return dk, dv
+
+        dk, dv = lax.fori_loop(0, count, step, (_zeros((bkv, problem.head_dim_qk)),
+                                                _zeros((bkv, problem.head_dim_v))))
+        # The last wgmmas reading K and V have completed: their buffers stage dK, dV.
+        k_smem[...] = dk.astype(dtype)
+        v_smem[...] = dv.astype(dtype)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(k_smem, dk_ref.at[kv_head, rows])
+        plgpu.copy_smem_to_gmem(v_smem, dv_ref.at[kv_head, rows])
+        plgpu.wait_smem_to_gmem(0)
+
+    out_type = (jax.ShapeDtypeStruct((problem.heads_kv, problem.seq_kv, problem.head_dim_qk),
+                                     dtype),
+                jax.ShapeDtypeStruct((problem.heads_kv, problem.seq_kv, problem.head_dim_v),
+                                     dtype))
+    return plgpu.kernel(
+        body, out_type=out_type, grid=(problem.heads_kv, problem.seq_kv // bkv),
+        grid_names=("heads", "kv_blocks"),
+        scratch_types=dkv_scratch(problem, config, has_tiles), interpret=interpret)
+
+
+def make(problem: Problem, config: BackwardConfig, dq_plan: BlockPlan, dkv_plan: DkvPlan,
+         interpret: Any = None):
+    """Both kernels behind one call: ``f(q, k, v, out, lse, do[, q_seg, kv_seg]) ->
+    (dq, dk, dv)`` on [H, S, D] arrays (``lse`` from the forward kernel, natural log).
+
+    ``interpret``: ``InterpretGPUParams`` to run in the Mosaic GPU interpreter, ``None``
+    for the real kernels.
+    """
+    bq, bkv = config.block_q, config.block_kv
+    if problem.seq_q % bq or problem.seq_kv % bkv:
+        raise ValueError(f"sequence lengths ({problem.seq_q}, {problem.seq_kv}) must be "
+                         f"multiples of ({bq=}, {bkv=})")
+    if dq_plan.count.shape[1] != problem.seq_q // bq:
+        raise ValueError(f"dq plan has {dq_plan.count.shape[1]} q-blocks, want "
+                         f"{problem.seq_q // bq}")
+    if dkv_plan.count.shape[1] != problem.seq_kv // bkv:
+        raise ValueError(f"dkv plan has {dkv_plan.count.shape[1]} kv-blocks, want "
+                         f"{problem.seq_kv // bkv}")
+    if interpret is not None:
+        mgpu_interpret.enable_layout_cast_on_host()
+    dtype = jnp.dtype(problem.dtype)
+    dq_call = make_dq(problem, config, dq_plan, interpret)
+    dkv_call = make_dkv(problem, config, dkv_plan, interpret)
+    dq_tables = tuple(jnp.asarray(a) for a in (dq_plan.kv_block, dq_plan.kind,
+                                               dq_plan.mask_block, dq_plan.count))
+    dq_tiles = jnp.asarray(dq_plan.partial_blocks if dq_plan.mask_function is None
+                           else np.zeros((1, bq, bkv), bool), dtype)
+    dkv_tables = tuple(jnp.asarray(a) for a in (dkv_plan.head_offset, dkv_plan.q_block,
+                                                dkv_plan.kind, dkv_plan.mask_block,
+                                                dkv_plan.count))
+    dkv_tiles = jnp.asarray(dkv_plan.partial_blocks if dkv_plan.mask_function is None
+                            else np.zeros((1, bkv, bq), bool), dtype)
+
+    def backward(q, k, v, out, lse, do, q_seg=None, kv_seg=None):
+        do = do.astype(dtype)
+        delta = jnp.einsum("hsd,hsd->hs", out.astype(jnp.float32), do.astype(jnp.float32))
+        # Base 2 as the kernels compute; a row that sees no key (lse = -inf) gets +inf,
+        # so its P = exp2(-inf or finite - inf) = 0 rather than NaN.
+        lse2 = jnp.where(jnp.isneginf(lse), jnp.inf, lse * LOG2E).astype(jnp.float32)
+        segments = () if q_seg is None else (q_seg.astype(jnp.int32),
+                                             kv_seg.astype(jnp.int32))
+        dq = dq_call(q, k, jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), do, lse2, delta,
+                     *dq_tables, dq_tiles, *segments)
+        dk, dv = dkv_call(q, jnp.swapaxes(q, 1, 2), k, v, do, jnp.swapaxes(do, 1, 2), lse2,
+                          delta, *dkv_tables, dkv_tiles, *segments)
+        return dq, dk, dv
+
+    return backward

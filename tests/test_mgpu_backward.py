@@ -1,0 +1,282 @@
+"""The Mosaic GPU port, backward: jax.vjp through the port (forward kernel + dQ and dK/dV
+kernels, joined by a custom VJP) in the interpreter with race detection and NaN shared
+memory, against float64 autodiff of the dense reference and upstream's own backward;
+lowered for sm_90a.
+
+Tolerances for dq/dk/dv: upstream's for its backward against an f32 reference, atol
+2e-2 and rtol 3e-2 elementwise. The reason is the same here: the kernels round P and dS
+to the input dtype (bf16: relative step 2^-8 = 3.9e-3) before each wgmma, sum hundreds
+of such products, and round dq/dk/dv to the input dtype (|dq| reaches ~30 here, whose
+bf16 step is 0.125). The output keeps the forward's tolerance (f16 3e-3, bf16 2e-2).
+Every interpret test has a timeout: a barrier bug makes the interpreter hang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+from casebook.verify import compare
+from kernels import mgpu_interpret, mgpu_lowering
+from kernels.splash_attention import (
+    block_plan,
+    mgpu,
+    mgpu_autodiff,
+    mgpu_backward,
+    mgpu_forward,
+    reference_vjp,
+)
+from kernels.splash_attention.problems import MASK_KINDS, S, dense, inputs, mask_of, segments
+
+OUT_TOL = {"float16": 3e-3, "bfloat16": 2e-2}
+GRAD_ATOL, GRAD_RTOL = 2e-2, 3e-2
+FWD = mgpu_forward.TuningConfig(64, 64, 2)
+BWD = mgpu_backward.BackwardConfig(64, 64, 2)
+
+
+@pytest.fixture
+def interpreter():
+    mgpu_interpret.reset_interpreter()
+    yield mgpu_interpret.interpret_params(race_detection=True)
+    mgpu_interpret.reset_interpreter()
+
+
+def cotangent(rng, q, dv):
+    """dO with dO·Vᵀ at unit scale, as q's 1/sqrt(D) gives Q·Kᵀ (see problems.inputs)."""
+    return (rng.standard_normal((q.shape[0], q.shape[1], dv)) / np.sqrt(dv)).astype(q.dtype)
+
+
+def port_vjp(interp, mask, q, k, v, do, *, seg=None, cap=None, bwd=BWD):
+    def attend(q, k, v):
+        return mgpu_autodiff.splash_attention(mask, q, k, v, segment_ids=seg, soft_cap=cap,
+                                              config=FWD, bwd_config=bwd, interpret=interp)
+    out, vjp = jax.vjp(attend, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+    return jax.block_until_ready((out, *vjp(jnp.asarray(do))))
+
+
+def check_gradients(got, want, dtype) -> dict:
+    results = {}
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
+        tol = (OUT_TOL[dtype],) * 2 if name == "out" else (GRAD_ATOL, GRAD_RTOL)
+        results[name] = compare(np.asarray(g, np.float64), w, *tol)
+    return results
+
+
+def run_and_check(interp, rng, mask, q, k, v, *, seg=None, cap=None, bwd=BWD):
+    do = cotangent(rng, q, v.shape[-1])
+    got = port_vjp(interp, mask, q, k, v, do, seg=seg, cap=cap, bwd=bwd)
+    assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
+    want = reference_vjp.gradients(q, k, v, do, dense(mask), soft_cap=cap,
+                                   segment_ids=None if seg is None else (seg.q, seg.kv))
+    results = check_gradients(got, want, q.dtype.name)
+    assert all(r["passed"] for r in results.values()), results
+    return results
+
+
+CASES = [  # (mask, hq, hkv, dqk, dv, dtype)
+    ("causal", 2, 2, 64, 64, "float16"),
+    ("causal_offset", 2, 1, 64, 64, "bfloat16"),
+    ("local", 4, 2, 64, 64, "bfloat16"),
+    ("chunked", 2, 2, 64, 128, "float16"),
+    ("full", 1, 1, 128, 64, "bfloat16"),
+    ("numpy", 2, 2, 64, 64, "float16"),
+    ("combined", 2, 1, 64, 64, "bfloat16"),
+    ("per_head", 4, 2, 64, 64, "float16"),
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("kind", "hq", "hkv", "dqk", "dv", "dtype"), CASES,
+                         ids=[f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}x{c[4]}-{c[5]}" for c in CASES])
+def test_gradients_match_float64_autodiff(rng, interpreter, kind, hq, hkv, dqk, dv, dtype):
+    mask = mask_of(kind, hq, rng)
+    run_and_check(interpreter, rng, mask, *inputs(rng, hq, hkv, dqk, dv, dtype))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", ["causal", "numpy"])
+def test_gradients_with_segment_ids_and_soft_cap(rng, interpreter, kind):
+    mask = mask_of(kind, 2, rng)
+    q, k, v = inputs(rng, 2, 1, 64, 64, "bfloat16")
+    run_and_check(interpreter, rng, mask, q * 8, k, v, seg=segments(rng), cap=2.5)
+
+
+@pytest.mark.timeout(300)
+def test_mqa_gradients_with_unequal_dims_up_to_256(rng, interpreter):
+    """MQA: one K/V for every query head, dk/dv summed over all of them; Dqk 256, Dv 128."""
+    mask = mask_of("local", 2, rng)
+    q, k, v = inputs(rng, 2, 1, 256, 128, "float16")
+    results = run_and_check(interpreter, rng, mask, q, k[0], v[0],
+                            bwd=mgpu_backward.BackwardConfig(64, 64, 1))
+    assert results["dk"]["max_abs_error"] is not None
+
+
+@pytest.mark.timeout(240)
+def test_a_row_that_sees_no_key_gets_zero_gradient(rng, interpreter):
+    dense_mask = np.tril(np.ones((S, S), bool))
+    dense_mask[70] = False
+    mask = splash.MultiHeadMask([splash.NumpyMask(dense_mask)])
+    q, k, v = inputs(rng, 1, 1, 64, 64, "float16")
+    do = cotangent(rng, q, 64)
+    got = port_vjp(interpreter, mask, q, k, v, do, bwd=mgpu_backward.BackwardConfig(128, 64, 2))
+    assert not mgpu_interpret.races_found()
+    results = check_gradients(got, reference_vjp.gradients(q, k, v, do, dense_mask), "float16")
+    assert all(r["passed"] for r in results.values()), results
+    assert np.all(np.asarray(got[1])[0, 70] == 0)
+
+
+@pytest.mark.timeout(300)
+def test_gradients_match_upstream_tpu_splash_backward_in_interpret_mode(rng, interpreter):
+    """Same inputs and cotangent through both ports' VJPs: upstream's own gradients."""
+    mask = mask_of("combined", 2, rng)
+    q, k, v = inputs(rng, 2, 2, 64, 64, "bfloat16")
+    seg = segments(rng)
+    do = cotangent(rng, q, 64)
+    sizes = splash.BlockSizes(block_q=128, block_kv=128, block_kv_compute=128,
+                              block_q_dkv=128, block_kv_dkv=128, block_kv_dkv_compute=128,
+                              block_q_dq=128, block_kv_dq=128)
+    kernel = splash.make_splash_mha_single_device(mask, block_sizes=sizes,
+                                                  attn_logits_soft_cap=3.0, interpret=True)
+    theirs_out, theirs_vjp = jax.vjp(lambda q, k, v: kernel(q, k, v, segment_ids=seg),
+                                     jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+    theirs = (theirs_out, *theirs_vjp(jnp.asarray(do)))
+    ours = port_vjp(interpreter, mask, q, k, v, do, seg=seg, cap=3.0)
+    assert not mgpu_interpret.races_found()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), ours, theirs, strict=True):
+        # Both round P, dS and the results to bf16, independently: twice the tolerance.
+        tol = (2 * OUT_TOL["bfloat16"],) * 2 if name == "out" else (2 * GRAD_ATOL,
+                                                                      2 * GRAD_RTOL)
+        result = compare(np.asarray(a, np.float64), np.asarray(b, np.float64), *tol)
+        assert result["passed"], (name, result)
+
+
+@pytest.mark.timeout(240)
+def test_a_wrong_block_table_is_caught(rng, interpreter):
+    """Mutation check: the dkv walk told a partial block is full (its mask dropped) must
+    fail the gradient check; the correct walk on the same inputs passes."""
+    mask = mask_of("causal", 1, rng)
+    q, k, v = inputs(rng, 1, 1, 64, 64, "float16")
+    do = cotangent(rng, q, 64)
+    config = mgpu_backward.BackwardConfig()
+    problem = mgpu_forward.Problem(1, 1, S, S, 64, 64, "float16", return_lse=True)
+    forward = mgpu_forward.make(problem, FWD, block_plan.plan(mask, 64, 64),
+                                interpret=interpreter)
+    out, lse = forward(jnp.asarray(q), jnp.asarray(np.swapaxes(k, 1, 2)), jnp.asarray(v))
+    dq_plan = block_plan.plan(mask, 64, 64)
+    dkv_plan = block_plan.plan_dkv(mask, 64, 64, 1)
+    wrong = dataclasses.replace(dkv_plan, kind=np.where(dkv_plan.kind == block_plan.PARTIAL,
+                                                        block_plan.FULL, dkv_plan.kind))
+    want = reference_vjp.gradients(q, k, v, do, dense(mask))
+    verdicts = []
+    for plan in (dkv_plan, wrong):
+        grads = mgpu_backward.make(problem, config, dq_plan, plan, interpret=interpreter)(
+            jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), out, lse, jnp.asarray(do))
+        verdicts.append(compare(np.asarray(grads[1], np.float64), want[2], GRAD_ATOL,
+                                GRAD_RTOL)["passed"])
+    assert verdicts == [True, False]
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=3, deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kind=st.sampled_from(MASK_KINDS),
+       layout=st.sampled_from([(2, 2), (2, 1), (4, 2)]),
+       dims=st.sampled_from([(64, 64), (128, 64), (64, 128)]),
+       dtype=st.sampled_from(["float16", "bfloat16"]),
+       cap=st.sampled_from([None, 4.0]), with_segments=st.booleans(),
+       blocks=st.sampled_from([(64, 64), (128, 64), (64, 128)]),
+       stages=st.sampled_from([1, 2]), seed=st.integers(0, 2**32 - 1))
+def test_fuzz_gradients(interpreter, kind, layout, dims, dtype, cap, with_segments, blocks,
+                        stages, seed):
+    """A bounded randomized sweep of the backward (3 examples per CI run, fresh each run)."""
+    rng = np.random.default_rng(seed)
+    mask = mask_of(kind, layout[0], rng)
+    q, k, v = inputs(rng, *layout, *dims, dtype)
+    seg = segments(rng) if with_segments else None
+    run_and_check(interpreter, rng, mask, q, k, v, seg=seg, cap=cap,
+                  bwd=mgpu_backward.BackwardConfig(*blocks, stages))
+
+
+def test_the_dkv_plan_rebuilds_every_mask_per_kv_head(rng):
+    """Upstream's dkv MaskInfo, walked per (kv head, kv block) over the group's heads,
+    covers exactly the visible entries; transposed partial tiles come back transposed."""
+    for kind in ("causal", "local", "numpy", "combined", "per_head"):
+        for hq, hkv in ((2, 2), (4, 2), (2, 1)):
+            mask = mask_of(kind, hq, rng)
+            bq, bkv = 64, 128
+            plan = block_plan.plan_dkv(mask, bq, bkv, hkv)
+            group = hq // hkv
+            rebuilt = np.zeros((hq, S, S), bool)
+            for kv_head in range(hkv):
+                p = kv_head if plan.plan_heads > 1 else 0
+                for j in range(S // bkv):
+                    for u in range(plan.count[p, j]):
+                        h = kv_head * group + plan.head_offset[p, j, u]
+                        i = plan.q_block[p, j, u]
+                        if plan.kind[p, j, u] == block_plan.FULL:
+                            tile = True
+                        elif plan.mask_function is not None:
+                            tile = plan.mask_function(np.arange(i * bq, (i + 1) * bq)[:, None],
+                                                      np.arange(j * bkv, (j + 1) * bkv)[None])
+                        else:
+                            tile = plan.partial_blocks[plan.mask_block[p, j, u]].T
+                        rebuilt[h, i * bq:(i + 1) * bq, j * bkv:(j + 1) * bkv] = tile
+            np.testing.assert_array_equal(rebuilt, dense(mask), err_msg=f"{kind} {hq}x{hkv}")
+
+
+@pytest.mark.parametrize("bad", [dict(block_q=96), dict(block_kv=256), dict(stages=0)])
+def test_bad_backward_tuning_is_refused(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        mgpu_backward.BackwardConfig(**bad)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("seq_len", "head_dim", "stages", "window"), [
+    (4096, 128, 2, None), (4096, 256, 1, None), (32768, 64, 2, (4096, 0))])
+def test_backward_lowers_for_sm90a_at_publishable_sizes(seq_len, head_dim, stages, window):
+    heads = 16
+    shape = (seq_len, seq_len)
+    head_mask = splash.CausalMask(shape) if window is None else splash.LocalMask(
+        shape, window, offset=0)
+    mask = splash.MultiHeadMask([head_mask] * heads)
+    config = mgpu_backward.BackwardConfig(64, 64, stages)
+    problem = mgpu_forward.Problem(heads, heads, seq_len, seq_len, head_dim, head_dim,
+                                   "bfloat16")
+    fn = mgpu_backward.make(problem, config, block_plan.plan(mask, 64, 64),
+                            block_plan.plan_dkv(mask, 64, 64, heads))
+    arg = jax.ShapeDtypeStruct((heads, seq_len, head_dim), jnp.bfloat16)
+    lse = jax.ShapeDtypeStruct((heads, seq_len), jnp.float32)
+    dq_launch, dkv_launch = mgpu_lowering.lower_for_cuda(fn, [arg, arg, arg, arg, lse, arg])[
+        "launches"]
+    asked = mgpu_backward.smem_bytes(problem, config, False)
+    for launch, name in ((dq_launch, "dq"), (dkv_launch, "dkv")):
+        assert launch["grid"] == [seq_len // 64, heads, 1]
+        assert launch["block"] == [128, 1, 1]
+        assert asked[name] <= launch["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
+
+
+
+def test_an_over_budget_backward_fails_the_build_naming_it():
+    params = {"heads_q": 1, "heads_kv": 1, "seq_len": 1024, "head_dim": 256,
+              "mask": {"kind": "causal"}, "dtype": "bfloat16",
+              "bwd_tiles": {"block_q": 128, "block_kv": 128, "stages": 2}}
+    with pytest.raises(ValueError, match=r"mgpu_bwd \(dq kernel\).*exceed the 232448-byte "
+                                         r"limit.*block_q=128"):
+        mgpu.build("mgpu_bwd", params)
+
+
+def test_the_default_backward_tiles_fit_every_head_dim():
+    for head_dim, stages in ((64, 2), (128, 2), (256, 1)):
+        params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": head_dim,
+                  "mask": {"kind": "causal"}, "dtype": "bfloat16", "segments": 4}
+        config = mgpu.backward_tuning(params)
+        assert config.stages == stages
+        assert max(mgpu_backward.smem_bytes(mgpu.problem(params), config, False).values()) \
+            <= mgpu_forward.SMEM_LIMIT_BYTES
