@@ -105,6 +105,17 @@ def test_a_baseline_without_soft_cap_is_not_runnable_at_such_a_point():
         splash.baseline("xla_dot_product_attention", PACKED)
 
 
+@pytest.mark.parametrize(("params", "why"), [
+    (PORT_POINTS["mha_causal_f16"], "needs an sm_90 GPU; this host has none"),
+    (POINTS["gqa_local_bf16"], "no local mask"),
+    (POINTS["mha_causal_f32"], "needs f16/bf16"),
+    (PACKED, "no segment ids or logit soft cap")])
+def test_upstream_attention_mgpu_says_why_it_cannot_run(params, why):
+    """On this CPU host every point is refused, with the first reason that applies."""
+    with pytest.raises(cases.NotRunnable, match=why):
+        splash.baseline("attention_mgpu", params)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("name", "baseline"), [
     (name, baseline) for name in sorted({**POINTS, **PORT_POINTS, "packed": PACKED})

@@ -61,7 +61,42 @@ def xla_dot_product_attention(params: dict[str, Any]) -> Callable:
     return attend
 
 
-BASELINES = {"dense_masked": dense_masked, "xla_dot_product_attention": xla_dot_product_attention}
+def attention_mgpu_gap(params: dict[str, Any]) -> str | None:
+    """Why upstream's attention_mgpu cannot compute this point's attention, or None."""
+    if params["mask"]["kind"] != "causal":
+        return f"attention_mgpu has no {params['mask']['kind']} mask (causal or none only)"
+    if segment_ids(params) is not None or params.get("soft_cap") is not None:
+        return "attention_mgpu has no segment ids or logit soft cap"
+    if params["dtype"] not in ("float16", "bfloat16") or params["head_dim"] % 64:
+        return "attention_mgpu needs f16/bf16 and a head dim that is a multiple of 64"
+    return None
+
+
+def attention_mgpu(params: dict[str, Any]) -> Callable:
+    """Upstream's Hopper flash attention in Pallas Mosaic GPU
+    (``jax.experimental.pallas.ops.gpu.attention_mgpu``: FA3-style, two compute
+    warpgroups), where it applies; it runs on sm_90 GPUs only."""
+    why = attention_mgpu_gap(params)
+    if why:
+        raise NotRunnable(why)
+    device = jax.devices()[0]
+    if getattr(device, "compute_capability", None) != "9.0":
+        raise NotRunnable("upstream attention_mgpu is a Hopper kernel: it needs an sm_90 "
+                          "GPU; this host has none")
+    from jax.experimental.pallas.ops.gpu import attention_mgpu as upstream_mgpu
+
+    config = upstream_mgpu.TuningConfig(block_q=128, block_kv=64, max_concurrent_steps=2,
+                                        causal=True)
+
+    def attend(q, k, v):  # [H, S, D] -> [B=1, S, H, D] and back; q is pre-scaled
+        q4, k4, v4 = (x.transpose(1, 0, 2)[None] for x in (q, k, v))
+        return upstream_mgpu.attention(q4, k4, v4, config)[0].transpose(1, 0, 2)
+
+    return attend
+
+
+BASELINES = {"dense_masked": dense_masked, "xla_dot_product_attention": xla_dot_product_attention,
+             "attention_mgpu": attention_mgpu}
 
 
 def make(name: str, params: dict[str, Any]) -> Callable:
