@@ -2,7 +2,7 @@
 
 Skipped, saying so, on a host without an sm_90 GPU (no such host was available when this
 was written: these tests have not run yet). The pipeline's verify and time rules check
-every variant against the float64 oracle there (``benchmarks/grouped_gemm_gpu.sh``).
+every variant against the float64 oracle there (``benchmarks/gpu_run.sh``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The one prepared run on an sm_90 GPU host (H100/H200): for each case named (default:
+# every case), its GPU-only tests, then its build, verify, time and baseline rules for
+# this host's target; the records are left under results/<target>/ to commit. Not yet
+# run: no sm_90 GPU was available when it was written.
+#
+#   bash benchmarks/gpu_run.sh [case ...]      # then: git add results/<target>/
+#
+# It installs env/cuda.lock first (make env LOCK=cuda). On a host that cannot install it
+# (offline, a preinstalled jax), CASEBOOK_VENV=<dir> names an existing environment with
+# snakemake; the environment record then shows the drift from the lock.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader | grep -q ", 9.0" || {
+  echo "gpu_run.sh: needs an sm_90 GPU (nvidia-smi finds none)" >&2; exit 1; }
+if [ -n "${CASEBOOK_VENV:-}" ]; then BIN="$CASEBOOK_VENV/bin"; else make env LOCK=cuda; BIN=.venv/bin; fi
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(moe_nvfp4 splash_attention grouped_gemm_fp8_bf16)
+for case in "${cases[@]}"; do
+  # GPU-only tests of the case, where it has them (e.g. the port bit-exact against the
+  # C++ reference on every configuration of case 03).
+  for test in tests/test_*"${case%%_*}"*_gpu.py; do
+    if [ -e "$test" ]; then PYTHONPATH=workflow:. "$BIN/python" -m pytest "$test" -q; fi
+  done
+done
+"$BIN/snakemake" --cores all "${cases[@]}"
+git status --short results/
