@@ -7,8 +7,8 @@
 - ``kernel(variant, params, purpose) -> Runnable``: ``check`` or ``time``;
 - ``baseline(name, params) -> Runnable``;
 - ``races_found() -> bool`` and ``reset()``: the interpreter's race detector;
-- ``reference_file() -> str | None``: the upstream source actually used (None: the
-  reference is not installed on this host, so nothing upstream was imported).
+- ``reference_file() -> str | None``: the upstream source actually used or read (None:
+  the reference is not installed on this host).
 
 Optional: ``compare(params, output, got, want, tolerance) -> dict | None``, a case's own
 check of one named output (None: the elementwise default, ``verify.compare``).
