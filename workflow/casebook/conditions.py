@@ -29,7 +29,7 @@ def reference(ev: Evidence) -> list[str]:
     ]
     for variant, build in ev.builds.items():
         digest = build["reference_source"]["sha256"]
-        lines.append(f"Source file as imported ({variant}): sha256 {digest[:16]}…" if digest
+        lines.append(f"Source file as installed ({variant}): sha256 {digest[:16]}…" if digest
                      else f"Source file ({variant}): not installed on this host, nothing "
                           f"imported (the port follows the repository and path above)")
     lines.append(f"Port target: {ev.spec['target']}")
