@@ -10,15 +10,18 @@ shared memory.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax._src.interpreters import mlir as jax_mlir
 from jax._src.lib import mosaic_gpu_dialect
 from jax._src.lib.mlir import ir
 from jax.experimental.mosaic.gpu import core as mosaic_core
+from jax.experimental.pallas import mosaic_gpu as plgpu
 
 CUSTOM_CALL = "mosaic_gpu_v2"
 
@@ -67,3 +70,15 @@ def lower_for_cuda(fn: Callable, args: Sequence[jax.ShapeDtypeStruct]) -> dict[s
     if not found:
         raise ValueError("the lowered module holds no Mosaic GPU kernel launch")
     return {"seconds": seconds, "launches": found}
+
+
+def scratch_bytes(scratch: dict) -> int:
+    """Shared memory of a kernel's scratch buffers, from their shapes (barriers: 8 bytes
+    each) — the budget check made before lowering."""
+    total = 0
+    for item in scratch.values():
+        if isinstance(item, plgpu.Barrier):
+            total += 8 * math.prod(item.num_barriers)
+        else:
+            total += math.prod(item.shape) * jnp.dtype(item.dtype).itemsize
+    return total

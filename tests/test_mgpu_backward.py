@@ -33,7 +33,16 @@ from kernels.splash_attention import (
     mgpu_forward,
     reference_vjp,
 )
-from kernels.splash_attention.problems import MASK_KINDS, S, dense, inputs, mask_of, segments
+from kernels.splash_attention.problems import (
+    MASK_CASE_IDS,
+    MASK_CASES,
+    MASK_KINDS,
+    S,
+    dense,
+    inputs,
+    mask_of,
+    segments,
+)
 
 OUT_TOL = {"float16": 3e-3, "bfloat16": 2e-2}
 GRAD_ATOL, GRAD_RTOL = 2e-2, 3e-2
@@ -80,21 +89,9 @@ def run_and_check(interp, rng, mask, q, k, v, *, seg=None, cap=None, bwd=BWD):
     return results
 
 
-CASES = [  # (mask, hq, hkv, dqk, dv, dtype)
-    ("causal", 2, 2, 64, 64, "float16"),
-    ("causal_offset", 2, 1, 64, 64, "bfloat16"),
-    ("local", 4, 2, 64, 64, "bfloat16"),
-    ("chunked", 2, 2, 64, 128, "float16"),
-    ("full", 1, 1, 128, 64, "bfloat16"),
-    ("numpy", 2, 2, 64, 64, "float16"),
-    ("combined", 2, 1, 64, 64, "bfloat16"),
-    ("per_head", 4, 2, 64, 64, "float16"),
-]
-
-
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("kind", "hq", "hkv", "dqk", "dv", "dtype"), CASES,
-                         ids=[f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}x{c[4]}-{c[5]}" for c in CASES])
+@pytest.mark.parametrize(("kind", "hq", "hkv", "dqk", "dv", "dtype"), MASK_CASES,
+                         ids=MASK_CASE_IDS)
 def test_gradients_match_float64_autodiff(rng, interpreter, kind, hq, hkv, dqk, dv, dtype):
     mask = mask_of(kind, hq, rng)
     run_and_check(interpreter, rng, mask, *inputs(rng, hq, hkv, dqk, dv, dtype))

@@ -21,7 +21,16 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from casebook.verify import compare
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention import block_plan, mgpu, mgpu_forward, oracle_f64
-from kernels.splash_attention.problems import MASK_KINDS, S, dense, inputs, mask_of, segments
+from kernels.splash_attention.problems import (
+    MASK_CASE_IDS,
+    MASK_CASES,
+    MASK_KINDS,
+    S,
+    dense,
+    inputs,
+    mask_of,
+    segments,
+)
 
 TOL = {"float16": 3e-3, "bfloat16": 2e-2}
 LSE_TOL = 1e-3
@@ -58,21 +67,9 @@ def run_and_check(interp, mask, q, k, v, *, seg=None, cap=None, lse=False, confi
     return result
 
 
-CASES = [  # (mask, hq, hkv, dqk, dv, dtype)
-    ("causal", 2, 2, 64, 64, "float16"),
-    ("causal_offset", 2, 1, 64, 64, "bfloat16"),
-    ("local", 4, 2, 64, 64, "bfloat16"),
-    ("chunked", 2, 2, 64, 128, "float16"),
-    ("full", 1, 1, 128, 64, "bfloat16"),
-    ("numpy", 2, 2, 64, 64, "float16"),
-    ("combined", 2, 1, 64, 64, "bfloat16"),
-    ("per_head", 4, 2, 64, 64, "float16"),
-]
-
-
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("kind", "hq", "hkv", "dqk", "dv", "dtype"), CASES,
-                         ids=[f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}x{c[4]}-{c[5]}" for c in CASES])
+@pytest.mark.parametrize(("kind", "hq", "hkv", "dqk", "dv", "dtype"), MASK_CASES,
+                         ids=MASK_CASE_IDS)
 def test_forward_matches_the_oracle(rng, interpreter, kind, hq, hkv, dqk, dv, dtype):
     mask = mask_of(kind, hq, rng)
     q, k, v = inputs(rng, hq, hkv, dqk, dv, dtype)

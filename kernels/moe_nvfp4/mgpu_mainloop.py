@@ -21,7 +21,6 @@ the WGMMA layout.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import jax.numpy as jnp
@@ -29,6 +28,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from kernels import mgpu_lowering
 from kernels.moe_nvfp4 import decode
 
 SMEM_LIMIT_BYTES = 232_448  # Hopper's opt-in dynamic shared memory per block (227 KiB)
@@ -57,20 +57,9 @@ def scratch_types(block_m: int, chunks: int, stages: int) -> dict:
     }
 
 
-def smem_bytes(scratch: dict) -> int:
-    """Shared memory of the buffers, from their shapes (barriers: 8 bytes each)."""
-    total = 0
-    for item in scratch.values():
-        if isinstance(item, plgpu.Barrier):
-            total += 8 * math.prod(item.num_barriers)
-        else:
-            total += math.prod(item.shape) * jnp.dtype(item.dtype).itemsize
-    return total
-
-
 def check_budget(name: str, scratch: dict) -> int:
     """Bytes of shared memory; raises naming the configuration when over the limit."""
-    used = smem_bytes(scratch)
+    used = mgpu_lowering.scratch_bytes(scratch)
     if used > SMEM_LIMIT_BYTES:
         raise ValueError(f"{name}: {used} bytes of shared memory exceed the "
                          f"{SMEM_LIMIT_BYTES}-byte limit")

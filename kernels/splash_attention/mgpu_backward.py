@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any
 
 import jax
@@ -38,7 +37,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import mgpu_interpret
+from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention.block_plan import PARTIAL, BlockPlan, DkvPlan
 from kernels.splash_attention.mgpu_forward import COL, LOG2E, ROW, Problem, _tiled
 
@@ -110,20 +109,10 @@ def dkv_scratch(problem: Problem, config: BackwardConfig, has_tiles: bool) -> di
     return smem
 
 
-def _bytes(scratch: dict) -> int:
-    total = 0
-    for item in scratch.values():
-        if isinstance(item, plgpu.Barrier):
-            total += 8 * math.prod(item.num_barriers)
-        else:
-            total += math.prod(item.shape) * jnp.dtype(item.dtype).itemsize
-    return total
-
-
 def smem_bytes(problem: Problem, config: BackwardConfig, has_tiles: bool) -> dict[str, int]:
     """Shared memory each backward kernel asks for, from its buffers' shapes."""
-    return {"dq": _bytes(dq_scratch(problem, config, has_tiles)),
-            "dkv": _bytes(dkv_scratch(problem, config, has_tiles))}
+    return {"dq": mgpu_lowering.scratch_bytes(dq_scratch(problem, config, has_tiles)),
+            "dkv": mgpu_lowering.scratch_bytes(dkv_scratch(problem, config, has_tiles))}
 
 
 def _zeros(shape):

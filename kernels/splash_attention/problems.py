@@ -14,6 +14,19 @@ S = 256  # small enough for the interpreter, four 64-row q blocks
 MASK_KINDS = ("causal", "causal_offset", "local", "chunked", "full", "numpy", "combined",
               "per_head")
 
+# One problem per mask kind, across head layouts, unequal dims and both dtypes:
+# (mask, heads_q, heads_kv, dqk, dv, dtype).
+MASK_CASES = [
+    ("causal", 2, 2, 64, 64, "float16"),
+    ("causal_offset", 2, 1, 64, 64, "bfloat16"),
+    ("local", 4, 2, 64, 64, "bfloat16"),
+    ("chunked", 2, 2, 64, 128, "float16"),
+    ("full", 1, 1, 128, 64, "bfloat16"),
+    ("numpy", 2, 2, 64, 64, "float16"),
+    ("combined", 2, 1, 64, 64, "bfloat16"),
+    ("per_head", 4, 2, 64, 64, "float16"),
+]
+MASK_CASE_IDS = [f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}x{c[4]}-{c[5]}" for c in MASK_CASES]
 
 def mask_of(kind: str, heads: int, rng: np.random.Generator, s: int = S):
     """An upstream MultiHeadMask of ``kind`` for ``heads`` query heads."""
