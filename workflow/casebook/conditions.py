@@ -63,6 +63,9 @@ def hardware_software(ev: Evidence) -> list[str]:
     lines.append(f"Environment {state}: {_locks(env)}")
     if env["tools"].get("nvcc"):
         lines.append(f"nvcc: {env['tools']['nvcc']}")
+    if env.get("runtime_variables"):
+        lines.append("Set for the run: " + ", ".join(
+            f"{k}={v}" for k, v in env["runtime_variables"].items()))
     return lines
 
 
