@@ -84,10 +84,16 @@ def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
         compiled["kernel"](*tensors, *scalars, stream)
         return out
 
+    return _on_stream(prepare, call, stream, "CuTe DSL kernel on the GPU (sm_90a)")
+
+
+def _on_stream(prepare, call, stream, mode: str) -> Runnable:
+    """A runnable whose kernel launches on ``stream``: synchronised there, D read back."""
+    import cuda.bindings.driver as cuda
+
     return Runnable(prepare=prepare, call=call,
                     sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
-                    execution={"mode": "CuTe DSL kernel on the GPU (sm_90a)",
-                               "interpret": False, "poisoned": False,
+                    execution={"mode": mode, "interpret": False, "poisoned": False,
                                "race_detection": False},
                     stream=stream)
 
@@ -164,9 +170,5 @@ def reference_library_runnable(problem: GroupedProblem, build_dir: str) -> Runna
             raise RuntimeError(f"ex69_run: {lib.ex69_last_error().decode()}")
         return out
 
-    return Runnable(prepare=prepare, call=call,
-                    sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
-                    execution={"mode": "CUTLASS example 69 kernel through libex69.so (GPU)",
-                               "interpret": False, "poisoned": False,
-                               "race_detection": False},
-                    stream=stream)
+    return _on_stream(prepare, call, stream,
+                      "CUTLASS example 69 kernel through libex69.so (GPU)")
