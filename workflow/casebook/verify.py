@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, provenance, records
+from casebook import cases, config, provenance, records, tile_table
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
 SEED_VARIABLE = "CASEBOOK_SEED"  # set to replay a recorded draw
@@ -126,10 +126,12 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     path = config.case_path(case_dir, case)
     config.find(spec["variants"], variant, path, "variants")
     params = config.find(spec["points"], point, path, "points")["params"]
+    tuned, table = tile_table.apply(target, case, variant, point, params)
     return records.write(out, "verify", {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "sources_sha256": provenance.case_sources_sha256(case, path),
-        **check_point(cases.load(case), variant, params, spec, path)})
+        **({"tile_table": table} if table else {}),
+        **check_point(cases.load(case), variant, tuned, spec, path)})
 
 
 def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[str, Any],
