@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from casebook import autotune, cases, config, paths, provenance, records, tile_table
+from casebook import autotune, cases, config, paths, provenance, records, site, tables, tile_table
 from casebook.errors import CasebookError
 from kernels.runnable import Runnable
 from kernels.splash_attention import autotune as candidates_of
@@ -189,6 +189,11 @@ def test_interpret_mode_autotune_writes_a_schema_valid_tile_choice(tmp_path):
     assert record["pick"]["tiles"] in [c["tiles"] for c in found["kept"]]
     print({json.dumps(c["tiles"]): c["measurement"]["median_s"] for c in record["candidates"]},
           record["reason"])
+    page = tables.tile_choices(SimpleNamespace(
+        target="cpu", case="splash_attention",
+        tile_choices={("mgpu", "tiny_causal_f16"): record}), href=lambda path: None)
+    assert page.count("PICKED: fastest median") == 1 and page.count("passed (") == 2
+    assert "FAILED" not in page
     with pytest.raises(CasebookError, match="target"):  # no tile table for target cpu
         tile_table.generate("cpu", "splash_attention", [out], str(tmp_path / "tiles.yaml"))
 
@@ -244,8 +249,7 @@ def test_a_malformed_table_names_the_file_and_key(tmp_path, monkeypatch):
 
 @pytest.mark.timeout(300)
 def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
-    case = tiny_case()
-    case["autotune"] = {"variants": ["mgpu"]}
+    case = tiny_case()  # autotunes mgpu
     project = make_project(tmp_path, case)
     refused = snakemake(project, "--dry-run", "autotune")
     assert refused.returncode != 0
@@ -261,3 +265,10 @@ def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
     assert "gpu=1, constraint=h200" in gpu.stdout
     assert "results/h200/splash_attention/tiles/mgpu/mha_causal_f16.json" in gpu.stdout
     assert gpu.stdout.count("rule tile_choice:") == 1  # one variant at one point
+
+
+def test_the_page_says_when_tiles_were_not_autotuned():
+    spec = config.load_case("configs/cases", "splash_attention")
+    untuned = SimpleNamespace(target="h200", case="splash_attention", tile_choices={})
+    assert "not autotuned (no GPU autotune run yet)" in site.tile_note(spec, untuned)
+    assert site.tile_note({k: v for k, v in spec.items() if k != "autotune"}, untuned) is None

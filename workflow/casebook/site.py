@@ -123,6 +123,20 @@ def _raw_records(ev: Evidence, manifest_path: str) -> list[dict[str, str | None]
             for label, path in listed]
 
 
+def tile_note(spec: dict[str, Any], ev: Evidence) -> str | None:
+    """Where this target's tiles came from, for a case whose tile choice is autotuned."""
+    if "autotune" not in spec:
+        return None
+    if ev.tile_choices:
+        return (f"Tiles autotuned on {ev.target} (``snakemake autotune``) for the points "
+                f"listed under “Tile choice (autotune)”; build, verify and time apply "
+                f"{paths.tile_table(ev.target, ev.case)} where a point gives no tiles of its "
+                f"own.")
+    return (f"Tile choice on {ev.target}: the case config's tile rows where a point gives "
+            f"them, else the kernel's shared-memory budget rule — not autotuned (no GPU "
+            f"autotune run yet).")
+
+
 def _target_section(spec: dict[str, Any], case_path: Path, target: str,
                     measured: Collection[str]) -> dict[str, Any]:
     ev = gather(spec, case_path, target, must_exist=target in measured)
@@ -136,7 +150,9 @@ def _target_section(spec: dict[str, Any], case_path: Path, target: str,
         "tables": {"Verification": tables.verification(ev, publish),
                    "Lowering (compiled on this host, not run)": tables.lowering(ev),
                    "Timing": tables.timing(ev, publish),
-                   "Kernel against baselines": tables.comparisons(ev)},
+                   "Kernel against baselines": tables.comparisons(ev),
+                   "Tile choice (autotune)": tables.tile_choices(ev, publish)},
+        "tile_note": tile_note(spec, ev),
         "noise_floor": conditions.floor_text(ev),
         "command": conditions.command(ev), "raw": _raw_records(ev, manifest_path)}
 
