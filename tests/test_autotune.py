@@ -259,6 +259,7 @@ def test_a_malformed_table_names_the_file_and_key(tmp_path, monkeypatch):
         tile_table.apply("h200", "splash_attention", "mgpu", "p", TINY)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
     case = tiny_case()  # autotunes mgpu
