@@ -18,6 +18,7 @@ from casebook import (
     autotune,
     build,
     cases,
+    conditions,
     config,
     paths,
     provenance,
@@ -320,3 +321,16 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     assert checked["passed"], checked["failures"]
     assert checked["tile_table"] == entry["tile_table"]
     assert checked["tile_table"]["applied"] and checked["tile_table"]["tuned"] == tuned_tiles
+
+
+def test_the_reproduction_condition_names_the_tile_table_the_timed_kernels_used():
+    spec = config.load_case("configs/cases", "splash_attention")
+    used = {"file": "results/h200/splash_attention/tiles.yaml", "sha256": "ab" * 32,
+            "row": "mgpu.p", "key": "tiles", "tuned": {"block_q": 64}, "applied": True}
+    ev = SimpleNamespace(spec=spec, time={("mgpu", "p"): {"tile_table": used},
+                                          ("upstream", "p"): {}})
+    assert conditions._tiles(ev) == [
+        "Tiles: autotuned table results/h200/splash_attention/tiles.yaml (sha256 "
+        "abababababababab…) where a point's config gives none"]
+    ev.time[("mgpu", "p")]["tile_table"] = {**used, "applied": False}
+    assert "not autotuned" in conditions._tiles(ev)[0]
