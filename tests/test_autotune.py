@@ -89,6 +89,9 @@ def test_candidates_must_divide_the_sequence_and_pair_two_warpgroups_with_128_ro
         candidates_of.tile_candidates("upstream", TINY)
 
 
+RULE = candidates_of.TIE_RULE
+
+
 def timed(stages, wgs, median, half, passed=True):
     return {"tiles": {"stages": stages, "compute_wgs": wgs}, "tie_order": [stages, wgs],
             "verify": {"passed": passed}, "timed": True,
@@ -99,7 +102,7 @@ def timed(stages, wgs, median, half, passed=True):
 def test_a_clear_winner_is_picked_by_its_median(rng):
     fast = rng.uniform(1e-4, 2e-4)
     found = [timed(1, 1, 3 * fast, fast / 10), timed(4, 2, fast, fast / 10)]
-    chosen, reason = autotune.pick(found)
+    chosen, reason = autotune.pick(found, RULE)
     assert chosen == 1
     assert "overlaps no other" in reason
 
@@ -108,7 +111,7 @@ def test_overlapping_intervals_go_to_fewer_stages_then_fewer_warpgroups(rng):
     base = rng.uniform(1e-4, 2e-4)
     found = [timed(3, 1, base, base / 5), timed(2, 2, base * 1.05, base / 5),
              timed(2, 1, base * 1.1, base / 5), timed(1, 1, base * 2, base / 20)]
-    chosen, reason = autotune.pick(found)
+    chosen, reason = autotune.pick(found, RULE)
     assert chosen == 2  # tied with the fastest; stages 2 < 3, one warpgroup < two
     assert "2 other(s) within its 95% interval" in reason and "fewer stages" in reason
 
@@ -116,8 +119,8 @@ def test_overlapping_intervals_go_to_fewer_stages_then_fewer_warpgroups(rng):
 def test_a_candidate_that_failed_verification_is_never_picked_even_if_fastest(rng):
     base = rng.uniform(1e-4, 2e-4)
     found = [timed(1, 1, base / 10, base / 100, passed=False), timed(2, 1, base, base / 10)]
-    assert autotune.pick(found)[0] == 1
-    assert autotune.pick(found[:1])[0] is None
+    assert autotune.pick(found, RULE)[0] == 1
+    assert autotune.pick(found[:1], RULE)[0] is None
 
 
 def fake_plugin(wrong: set[int]) -> SimpleNamespace:
@@ -140,7 +143,8 @@ FAKE_SPEC = {"name": "splash_attention", "points": [{"name": "p", "params": {
     "n": 16, "dtype": "float32"}}], "tolerances": {"float32": {
         "atol": 1e-6, "rtol": 1e-6, "reason": "y = 2x is exact"}},
     "measurement": {"cache": "hot"}}
-FAKE_FOUND = {"key": "tiles", "smem_limit_bytes": LIMIT, "rejected": [], "kept": [
+FAKE_FOUND = {"key": "tiles", "smem_limit_bytes": LIMIT, "rejected": [], "tie_rule": "w",
+              "kept": [
     {"tiles": {"w": n}, "smem_bytes": {"forward": 1024 * n}, "tie_order": [n]}
     for n in (1, 2)]}
 

@@ -53,16 +53,20 @@ def _invalid(params: dict[str, Any], tiles: dict[str, int]) -> str | None:
     return None
 
 
+TIE_RULE = "fewer stages, then fewer compute warpgroups"
+
+
 def tie_order(tiles: dict[str, int]) -> tuple[int, int]:
     """Among candidates whose times cannot be told apart: fewer stages, then fewer compute
-    warpgroups (less shared memory, fewer threads), first."""
+    warpgroups (less shared memory, fewer threads), first (``TIE_RULE``)."""
     return tiles["stages"], tiles.get("compute_wgs", 1)
 
 
 def tile_candidates(variant: str, params: dict[str, Any],
                     space: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """``{"key", "kept": [{tiles, smem_bytes, tie_order}], "rejected": [{tiles,
-    smem_bytes, reason}], "smem_limit_bytes"}`` over ``space`` (default: the variant's)."""
+    smem_bytes, reason}], "smem_limit_bytes", "tie_rule"}`` over ``space`` (default: the
+    variant's)."""
     key = tuned_key(variant)
     space = space or (BACKWARD_SPACE if key == "bwd_tiles" else FORWARD_SPACE)
     kept, rejected = [], []
@@ -80,4 +84,4 @@ def tile_candidates(variant: str, params: dict[str, Any],
         else:
             kept.append({"tiles": tiles, "smem_bytes": smem, "tie_order": list(tie_order(tiles))})
     return {"key": key, "kept": kept, "rejected": rejected,
-            "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES}
+            "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES, "tie_rule": TIE_RULE}

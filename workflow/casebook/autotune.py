@@ -1,14 +1,15 @@
 """Autotune (GPU hosts only): measure a point's tile candidates and pick one.
 
 For each candidate the case's plug-in offers (optional surface ``tile_candidates(variant,
-params) -> {key, kept, rejected, smem_limit_bytes}``), the kernel is built with that tile
-row, checked once against the case's oracle at the case's tolerance (as ``verify``
+params) -> {key, kept, rejected, smem_limit_bytes, tie_rule}``), the kernel is built with
+that tile row, checked once against the case's oracle at the case's tolerance (as ``verify``
 does) and, only if it passed, timed by the measurement engine (as ``time`` does). A
 candidate that fails verification is recorded and never picked. The pick: the fastest
 median, unless other candidates' confidence intervals overlap its interval; then the
-tied group goes to fewer stages, then fewer compute warpgroups (the plug-in's
-``tie_order``). The tile_choice record keeps every candidate with its evidence; the
-table is generated from the records (``tile_table``).
+tied group goes to the lowest ``tie_order`` (the plug-in's ``tie_rule``: for splash
+attention, fewer stages, then fewer compute warpgroups). The tile_choice record keeps
+every candidate with its evidence; the table is generated from the records
+(``tile_table``).
 
 Target ``cpu`` is refused: interpreter times say nothing about GPU speed. ``choose`` is
 the mechanics, usable on any target (its tests run it on the CPU, each candidate's
@@ -35,11 +36,12 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["ci_low_s"] <= b["ci_high_s"] and b["ci_low_s"] <= a["ci_high_s"]
 
 
-def pick(candidates: list[dict[str, Any]]) -> tuple[int | None, str]:
+def pick(candidates: list[dict[str, Any]], tie_rule: str) -> tuple[int | None, str]:
     """The index of the chosen candidate (None: none passed and was timed) and why.
 
     Each candidate: ``tiles``, ``tie_order``, ``verify`` (``passed``), ``timed`` and, if
-    timed, ``measurement`` (``median_s``, ``ci_low_s``, ``ci_high_s``, ``confidence``).
+    timed, ``measurement`` (``median_s``, ``ci_low_s``, ``ci_high_s``, ``confidence``);
+    ``tie_rule`` says what the lowest ``tie_order`` means.
     """
     timed = [i for i, c in enumerate(candidates) if c["verify"]["passed"] and c["timed"]]
     if not timed:
@@ -57,22 +59,19 @@ def pick(candidates: list[dict[str, Any]]) -> tuple[int | None, str]:
         return chosen, f"{first}; its {level} interval overlaps no other candidate's"
     others = ", ".join(_label(candidates[i]["tiles"]) for i in tied if i != fastest)
     return chosen, (f"{first}; {len(tied) - 1} other(s) within its {level} interval "
-                    f"({others}): tie broken toward fewer stages, then fewer compute "
-                    f"warpgroups -> {_label(candidates[chosen]['tiles'])} "
+                    f"({others}): tie broken toward {tie_rule} -> "
+                    f"{_label(candidates[chosen]['tiles'])} "
                     f"(median {fmt.seconds(m[chosen]['median_s'])})")
 
 
 def _check_once(plugin: Any, runnable: Any, params: dict[str, Any], spec: dict[str, Any],
                 case_path: object, rng: np.random.Generator) -> dict[str, Any]:
-    """One draw of fresh inputs against the oracle, as ``verify`` checks a trial."""
+    """One draw of fresh inputs against the oracle, exactly as ``verify`` checks a trial
+    (a candidate that raises fails, visibly, and is dropped)."""
     inputs = plugin.make_inputs(params, rng)
-    try:
-        got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
-    except Exception as error:  # a candidate that raises fails, visibly, and is dropped
-        return {"passed": False, "error": f"{type(error).__name__}: {error}"}
-    check = verify.check_outputs(params, got, plugin.oracle(params, inputs),
-                                 verify.tolerance_of(spec, params, case_path),
-                                 getattr(plugin, "compare", None))
+    check = verify.check_trial(runnable, params, inputs, plugin.oracle(params, inputs),
+                               verify.tolerance_of(spec, params, case_path),
+                               getattr(plugin, "compare", None))
     if plugin.races_found():
         return {**check, "passed": False, "error": "the interpreter's race detector "
                                                      "reported a race"}
@@ -122,11 +121,12 @@ def choose(plugin: Any, spec: dict[str, Any], case_path: Path, variant: str, poi
         _candidate(plugin, variant, params, found["key"], c, spec, case_path, target,
                    measurement, int(one), f"{samples_dir}/{_label(c['tiles'])}.csv")
         for c, one in zip(found["kept"], seeds, strict=True)]
-    chosen, reason = pick(candidates)
+    chosen, reason = pick(candidates, found["tie_rule"])
     record = records.write(out, "tile_choice", {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "sources_sha256": provenance.case_sources_sha256(case, case_path),
         "key": found["key"], "seed": seed, "smem_limit_bytes": found["smem_limit_bytes"],
+        "tie_rule": found["tie_rule"],
         "candidates": candidates, "rejected": found["rejected"],
         "pick": None if chosen is None else {"tiles": candidates[chosen]["tiles"]},
         "reason": reason})

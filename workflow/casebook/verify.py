@@ -107,7 +107,8 @@ def _failure(check: dict[str, Any]) -> str:
     return f"{check['purpose']} trial {check['trial']}: {why}"
 
 
-def _trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[str, Any]:
+def check_trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[str, Any]:
+    """One run of ``runnable`` on ``inputs`` checked against the oracle's ``want``."""
     try:
         got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
@@ -158,7 +159,7 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
                 want = plugin.oracle(params, inputs)
                 checks.append({"purpose": purpose, "trial": trial,
                                "execution": runnable.execution,
-                               **_trial(runnable, params, inputs, want, tolerance,
+                               **check_trial(runnable, params, inputs, want, tolerance,
                                         own_compare)})
     races = plugin.races_found()
     failures = [_failure(c) for c in checks if not c["passed"]]
