@@ -26,6 +26,7 @@ from casebook import (
     site,
     tables,
     tile_table,
+    timing,
     verify,
 )
 from casebook.errors import CasebookError
@@ -301,7 +302,8 @@ def test_the_page_says_where_tiles_came_from(tmp_path, monkeypatch):
 @pytest.mark.timeout(600)
 def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monkeypatch):
     """On a target with a tile table, the row reaches the kernel (the lowered launch shows
-    it) and the records name the table and its sha256."""
+    it) and the build, verify and time records name the table and its sha256; a time
+    stage refuses a verify record made with another table."""
     case = tiny_case()
     case["build_only_points"] = []
     (tmp_path / "cases").mkdir()
@@ -325,6 +327,15 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     assert checked["passed"], checked["failures"]
     assert checked["tile_table"] == entry["tile_table"]
     assert checked["tile_table"]["applied"] and checked["tile_table"]["tuned"] == tuned_tiles
+    timed = timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
+                               point["name"], "h200", MEASUREMENT, "verify.json", "time.json",
+                               "time.samples.csv")
+    assert timed["timed"] and timed["tile_table"] == entry["tile_table"]
+    table.write_text(table.read_text().replace("stages: 1", "stages: 2"))
+    with pytest.raises(CasebookError, match=r"verify\.json: tile_table: verified with another"):
+        timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
+                           point["name"], "h200", MEASUREMENT, "verify.json", "time.json",
+                           "time.samples.csv")
 
 
 def test_the_reproduction_condition_names_the_tile_table_the_timed_kernels_used():

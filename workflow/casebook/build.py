@@ -22,11 +22,11 @@ def run(case_dir: str, case: str, variant: str, target: str, out: str) -> dict[s
     points = []
     grid = [(p, False) for p in spec["points"]] + [(p, True) for p in spec["build_only_points"]]
     for point, build_only in grid:
-        params, table = tile_table.apply(target, case, variant, point["name"], point["params"])
+        params, tiles_from = tile_table.apply(target, case, variant, point["name"], point["params"])
         why_not = plugin.check_params(params)
         entry: dict[str, Any] = {"point": point["name"], "params": point["params"],
                                  "build_only": build_only,
-                                 **({"tile_table": table} if table else {})}
+                                 **({"tile_table": tiles_from} if tiles_from else {})}
         if why_not:
             entry.update(ok=False, error=why_not)
         else:

@@ -54,15 +54,15 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 samples_path: str) -> dict[str, Any]:
     spec, path, params, plugin = _context(case_dir, case, point)
     checked = records.read(verify_path, "verify")
-    tuned, table = tile_table.apply(target, case, variant, point, params)
-    if table != checked.get("tile_table"):
+    tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
+    if tiles_from != checked.get("tile_table"):
         raise CasebookError(verify_path, "tile_table", "verified with another tile table "
                             "than the one in use now; rerun verify")
     body: dict[str, Any] = {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "verify_record": verify_path,
         "sources_sha256": provenance.case_sources_sha256(case, path),
-        **({"tile_table": table} if table else {}),
+        **({"tile_table": tiles_from} if tiles_from else {}),
     }
     if not checked["passed"]:
         table.write(samples_path, [])

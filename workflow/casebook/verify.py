@@ -127,11 +127,11 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     path = config.case_path(case_dir, case)
     config.find(spec["variants"], variant, path, "variants")
     params = config.find(spec["points"], point, path, "points")["params"]
-    tuned, table = tile_table.apply(target, case, variant, point, params)
+    tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
     return records.write(out, "verify", {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "sources_sha256": provenance.case_sources_sha256(case, path),
-        **({"tile_table": table} if table else {}),
+        **({"tile_table": tiles_from} if tiles_from else {}),
         **check_point(cases.load(case), variant, tuned, spec, path)})
 
 
