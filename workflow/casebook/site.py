@@ -118,7 +118,9 @@ def _raw_records(ev: Evidence, manifest_path: str) -> list[dict[str, str | None]
               ("host", paths.host_record(ev.target)),
               *((f"build: {v}", paths.build_record(ev.target, ev.case, v))
                 for v in ev.builds),
-              ("figure manifest", manifest_path)]
+              ("figure manifest", manifest_path),
+              *([("tile table", paths.tile_table(ev.target, ev.case))]
+                if "autotune" in ev.spec else [])]
     return [{"label": label, "name": Path(path).name, "href": publish(path)}
             for label, path in listed]
 
