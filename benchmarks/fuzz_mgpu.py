@@ -62,9 +62,7 @@ def draw(rng: np.random.Generator) -> dict:
             "soft_cap": [None, 4.0][rng.integers(2)],
             "segment_ids": bool(rng.integers(2)), "lse": bool(rng.integers(2)),
             "block_kv": int(rng.choice([64, 128])), "stages": int(rng.choice([1, 2, 3])),
-            # One compute warpgroup: with two (three warpgroup threads) the 0.10.2
-            # interpreter can deadlock on a 2-core host (see mgpu_forward.TuningConfig).
-            "compute_wgs": 1,
+            "compute_wgs": int(rng.choice([1, 2])),
             "bwd_blocks": [int(b) for b in [(64, 64), (128, 64), (64, 128)][rng.integers(3)]],
             "bwd_stages": int(rng.choice([1, 2]))}
 
@@ -152,6 +150,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=40)
     parser.add_argument("--seed", type=int, default=None, help="replay a recorded run")
     args = parser.parse_args()
+    mgpu_interpret.configure_host_pool()
     seed = secrets.randbits(63) if args.seed is None else args.seed
     print("seed", seed, flush=True)
     rng = np.random.default_rng(seed)

@@ -1,5 +1,6 @@
-"""The Mosaic GPU interpreter as every case uses it: NaN memory, race detection, and the
-one interpreter gap of jax 0.10.2 the kernels meet, closed without changing a kernel.
+"""The Mosaic GPU interpreter as every case uses it: NaN memory, race detection, the
+one interpreter gap of jax 0.10.2 the kernels meet (closed without changing a kernel),
+and the host thread pool that warp-specialised kernels need.
 
 ``plgpu.layout_cast`` (also bound by ``plgpu.broadcasted_iota(..., layout=...)``) is a
 pure layout annotation for the Mosaic GPU compiler (its abstract evaluation returns its
@@ -13,14 +14,46 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 
-from jax._src.interpreters import mlir
-from jax._src.pallas.mosaic_gpu import core as mosaic_gpu_core
+# The interpreter runs each warpgroup of a CTA as its own XLA computation, and a
+# warpgroup's barrier wait blocks the XLA CPU worker thread it runs on. XLA sizes that
+# pool to the usable cores unless PJRT_NPROC says otherwise (read once, when the CPU
+# backend starts). With fewer workers than warpgroups a CTA can starve: two warpgroups
+# wait at a barrier for the third, which is queued behind them (seen on a 2-core host:
+# a producer + 2 consumer kernel hung every time with 2 workers, never with 3 or more).
+POOL_VARIABLE = "PJRT_NPROC"
+MIN_POOL_WORKERS = 4  # the most warpgroups a kernel here uses (3), plus one
+
+
+def host_pool_workers() -> int:
+    """The XLA CPU pool's worker count this process gets (or got) at backend start."""
+    return int(os.environ.get(POOL_VARIABLE) or len(os.sched_getaffinity(0)))
+
+
+def configure_host_pool() -> None:
+    """Give the XLA CPU pool at least ``MIN_POOL_WORKERS`` workers. Call before JAX's
+    backend starts (in the process's entry point); an explicit setting is kept."""
+    if POOL_VARIABLE not in os.environ and host_pool_workers() < MIN_POOL_WORKERS:
+        os.environ[POOL_VARIABLE] = str(MIN_POOL_WORKERS)
+
+
+def check_host_pool(warpgroups: int) -> None:
+    """Refuse to interpret a ``warpgroups``-thread kernel that could hang on this host."""
+    if host_pool_workers() < warpgroups:
+        raise RuntimeError(
+            f"the Mosaic GPU interpreter needs {warpgroups} XLA CPU workers for a "
+            f"{warpgroups}-warpgroup kernel; this process has {host_pool_workers()}: set "
+            f"{POOL_VARIABLE}={MIN_POOL_WORKERS} before JAX starts "
+            "(kernels.mgpu_interpret.configure_host_pool)")
 
 
 @functools.cache
 def enable_layout_cast_on_host() -> None:
     """Idempotent: the identity CPU lowering of ``layout_cast``."""
+    from jax._src.interpreters import mlir
+    from jax._src.pallas.mosaic_gpu import core as mosaic_gpu_core
+
     mlir.register_lowering(mosaic_gpu_core.layout_cast_p,
                            lambda ctx, x, new_layout: [x], platform="cpu")
 

@@ -7,6 +7,11 @@ import secrets
 import numpy as np
 import pytest
 
+from kernels import mgpu_interpret
+
+# Before any test starts JAX: enough XLA CPU workers for warp-specialised interpreting.
+mgpu_interpret.configure_host_pool()
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:

@@ -50,6 +50,14 @@ def test_capture_describes_this_interpreter():
     assert body["packages"]["jax"]
 
 
+def test_capture_records_the_runtime_variables_set(monkeypatch):
+    monkeypatch.setenv("PJRT_NPROC", "7")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    variables = envcapture.capture("cpu")["runtime_variables"]
+    assert variables["PJRT_NPROC"] == "7"
+    assert "XLA_FLAGS" not in variables
+
+
 class FakeNVMLError(Exception):
     pass
 

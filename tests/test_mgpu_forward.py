@@ -85,6 +85,31 @@ def test_segment_ids_soft_cap_and_logsumexp(rng, interpreter, kind):
     run_and_check(interpreter, mask, q, k, v, seg=segments(rng), cap=2.5, lse=True)
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("kind", "hq", "hkv", "dims", "block_kv"), [
+    ("causal", 2, 1, (64, 64), 128), ("per_head", 2, 2, (128, 64), 64),
+    ("numpy", 2, 2, (64, 128), 128)])
+def test_two_compute_warpgroups_and_a_producer(rng, interpreter, kind, hq, hkv, dims,
+                                               block_kv):
+    """The FA3-style form: 2 consumer warpgroups of 64 rows, a TMA producer, the kv ring
+    handed back through consumed barriers; iota and MaskInfo-tile partial blocks."""
+    mask = mask_of(kind, hq, rng)
+    q, k, v = inputs(rng, hq, hkv, *dims, "bfloat16")
+    q = q * 8
+    run_and_check(interpreter, mask, q, k, v, seg=segments(rng), cap=3.0, lse=True,
+                  config=mgpu_forward.TuningConfig(128, block_kv, 2, compute_wgs=2))
+
+
+def test_too_few_host_workers_is_refused_not_hung(rng, monkeypatch):
+    monkeypatch.setenv(mgpu_interpret.POOL_VARIABLE, "2")
+    mask = mask_of("causal", 1, rng)
+    problem = mgpu_forward.Problem(1, 1, S, S, 64, 64, "float16")
+    with pytest.raises(RuntimeError, match="needs 3 XLA CPU workers"):
+        mgpu_forward.make(problem, mgpu_forward.TuningConfig(128, 64, 2, compute_wgs=2),
+                          block_plan.plan(mask, 128, 64),
+                          interpret=mgpu_interpret.interpret_params())
+
+
 @pytest.mark.timeout(240)
 def test_mqa_with_dims_up_to_256_and_a_deeper_ring(rng, interpreter):
     mask = mask_of("causal", 2, rng)
@@ -128,16 +153,17 @@ def test_matches_upstream_tpu_splash_in_interpret_mode(rng, interpreter):
        dims=st.sampled_from([(64, 64), (128, 64), (64, 128)]),
        dtype=st.sampled_from(["float16", "bfloat16"]),
        cap=st.sampled_from([None, 4.0]), with_segments=st.booleans(), lse=st.booleans(),
-       block_kv=st.sampled_from([64, 128]), seed=st.integers(0, 2**32 - 1))
+       block_kv=st.sampled_from([64, 128]), wgs=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**32 - 1))
 def test_fuzz_forward(interpreter, kind, layout, dims, dtype, cap, with_segments, lse,
-                      block_kv, seed):
+                      block_kv, wgs, seed):
     """A bounded randomized sweep (4 examples per CI run, fresh each run)."""
     rng = np.random.default_rng(seed)
     mask = mask_of(kind, layout[0], rng)
     q, k, v = inputs(rng, *layout, *dims, dtype)
     seg = segments(rng) if with_segments else None
     run_and_check(interpreter, mask, q, k, v, seg=seg, cap=cap, lse=lse,
-                  config=mgpu_forward.TuningConfig(64, block_kv, 2))
+                  config=mgpu_forward.TuningConfig(64 * wgs, block_kv, 2, compute_wgs=wgs))
 
 
 def test_the_block_plan_rebuilds_every_mask_and_skips_empty_blocks(rng):

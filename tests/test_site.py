@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from casebook import methods, paths, site, status, tables
+from casebook import conditions, methods, paths, site, status, tables
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence
 from casebook.measure import table
@@ -26,7 +26,8 @@ def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: flo
              passed: bool = True) -> Evidence:
     execution = {"mode": "m", "interpret": interpret, "poisoned": False,
                  "race_detection": False}
-    verify = {"passed": passed, "ran": True, "checks": [{"execution": execution}],
+    verify = {"passed": passed, "ran": True,
+              "checks": [{"execution": execution, "outputs": {"out": {}}}],
               "sources_sha256": "s"}
     return Evidence(
         case="c", target="h200" if gpus else "cpu", spec={"points": [{"name": "p"}]},
@@ -35,6 +36,7 @@ def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: flo
         time={("v", "p"): {"timed": passed, "execution": execution,
                            "measurement": measurement(kernel_s, kernel_s / 100)}},
         baselines={("b", "p"): {"timed": True, "execution": execution, "role": "without_work",
+                                "check": {"outputs": {"out": {}}},
                                 "measurement": measurement(baseline_s, baseline_s / 100)}},
         sources=[], current_sources_sha256="s", noise_floor=None)
 
@@ -72,6 +74,17 @@ def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
     *_, versus = texts(ev)
     assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.(39|40|41)×", versus)
     assert status.hardware(evidence(False, [H200, H200], 1, 1)) == "2× NVIDIA H200"
+
+
+def test_only_kernels_and_baselines_computing_the_same_outputs_are_compared(
+        tmp_path, monkeypatch, rng):
+    monkeypatch.chdir(tmp_path)
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
+    backward = {**ev.verify["v", "p"], "checks": [{"outputs": {"dq": {}, "dk": {}}}]}
+    ev.verify["v_bwd", "p"] = backward
+    ev.time["v_bwd", "p"] = ev.time["v", "p"]
+    write_samples(ev, rng)
+    assert list(conditions.comparisons(ev)) == [("v", "b", "p")]
 
 
 def test_a_failed_verification_reads_as_a_failure():

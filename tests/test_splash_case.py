@@ -69,12 +69,13 @@ def test_port_runs_through_the_plugin_and_matches_the_oracle(rng, name, variant,
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("variant", ["mgpu_bwd", "upstream_bwd"])
 @pytest.mark.parametrize("name", ["gqa_local_bf16", "packed"])
-def test_port_backward_returns_gradients_that_match_the_oracle(rng, name):
+def test_backward_variants_return_gradients_that_match_the_oracle(rng, name, variant):
     params = PACKED if name == "packed" else PORT_POINTS[name]
     inputs = splash.make_inputs(params, rng)
     splash.reset()
-    runnable = splash.kernel("mgpu_bwd", params, "check")
+    runnable = splash.kernel(variant, params, "check")
     assert runnable.execution["race_detection"]
     got = run(runnable, inputs)
     want = splash.oracle(params, inputs)

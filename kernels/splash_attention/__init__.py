@@ -1,13 +1,15 @@
 """Case 02, splash attention: the surface the pipeline calls (see casebook.cases).
 
 Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run by
-Pallas's interpreter on the host (the reference); ``mgpu`` and ``mgpu_mask_tiles``, the
-Pallas Mosaic GPU port's forward (see ``mgpu``), and ``mgpu_bwd``, its backward (dq, dk,
-dv through the port's custom VJP), lowered for CUDA sm_90a and run by the Mosaic GPU
-interpreter on a CPU host.
+Pallas's interpreter on the host (the reference), and ``upstream_bwd``, its backward
+(dq, dk, dv through upstream's own custom VJP) run the same way; ``mgpu`` and
+``mgpu_mask_tiles``, the Pallas Mosaic GPU port's forward (see ``mgpu``), and
+``mgpu_bwd``, its backward (dq, dk, dv through the port's custom VJP), lowered for CUDA
+sm_90a and run by the Mosaic GPU interpreter on a CPU host.
 
-Outputs (named): the forward variants return ``out``; ``mgpu_bwd`` returns ``dq``, ``dk``,
-``dv`` for the cotangent ``do`` drawn with the inputs. The oracle answers all four.
+Outputs (named): the forward variants return ``out``; the backward variants (``*_bwd``)
+return ``dq``, ``dk``, ``dv`` for the cotangent ``do`` drawn with the inputs. The oracle
+answers all four.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from kernels.splash_attention import (
 
 INPUTS = ("q", "k", "v")
 BACKWARD_INPUTS = ("q", "k", "v", "do")
-VARIANTS = ("upstream", *mgpu.VARIANTS)
+UPSTREAM_VARIANTS = ("upstream", "upstream_bwd")
+VARIANTS = (*UPSTREAM_VARIANTS, *mgpu.VARIANTS)
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
@@ -81,12 +84,15 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     if variant in mgpu.VARIANTS:
         return mgpu.build(variant, params)
     shapes = mgpu.arg_shapes(params)
+    make = upstream.make
+    if variant == "upstream_bwd":
+        shapes, make = (*shapes, shapes[0]), upstream.make_backward  # do is shaped like q
     start = time.perf_counter()
-    tpu = jax.jit(upstream.make(params, interpret=False)).trace(*shapes).lower(
+    tpu = jax.jit(make(params, interpret=False)).trace(*shapes).lower(
         lowering_platforms=("tpu",)).as_text()
     lower_s = time.perf_counter() - start
     start = time.perf_counter()
-    jax.jit(upstream.make(params, interpret=True)).trace(*shapes).lower().compile()
+    jax.jit(make(params, interpret=True)).trace(*shapes).lower().compile()
     compile_s = time.perf_counter() - start
     table = upstream.block_table(params)
     return {
@@ -117,15 +123,17 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
                     "shared memory = NaN" + (", race detection on)" if purpose == "check"
                                              else ")"),
             "interpret": True, "poisoned": True, "race_detection": purpose == "check"})
+    make, names = ((upstream.make_backward, BACKWARD_INPUTS) if variant == "upstream_bwd"
+                   else (upstream.make, INPUTS))
     if purpose == "check":
-        fn = upstream.make(params, interpret=upstream.checking_mode())
+        fn = make(params, interpret=upstream.checking_mode())
         execution = {"mode": "Pallas TPU interpret mode (uninitialised memory = NaN)",
                      "interpret": True, "poisoned": True, "race_detection": True}
     else:
-        fn = upstream.make(params, interpret=True)
+        fn = make(params, interpret=True)
         execution = {"mode": "Pallas interpret mode (kernel discharged to XLA on the host)",
                      "interpret": True, "poisoned": False, "race_detection": False}
-    return from_jax(fn, INPUTS, execution)
+    return from_jax(fn, names, execution)
 
 
 def races_found() -> bool:

@@ -38,6 +38,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret, mgpu_lowering
+from kernels.splash_attention import mgpu_mask
 from kernels.splash_attention.block_plan import PARTIAL, BlockPlan, DkvPlan
 from kernels.splash_attention.mgpu_forward import COL, LOG2E, ROW, Problem, _tiled
 
@@ -127,23 +128,10 @@ def _mm(a_smem, b_smem, shape):
     return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
 
 
-def _visible(mask_function, tile_ref, q_ids, kv_ids):
-    """The partial block's mask: from the tile in SMEM, or the mask function on iota."""
-    if mask_function is None:
-        return tile_ref[...] > 0.5
-    return mask_function(q_ids, kv_ids)
-
-
-def _iota(shape, dim, start):
-    return plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=plgpu.Layout.WGMMA) + start
-
-
-def _logits(problem: Problem, s):
-    """cap(s) and cap'(s) = 1 - tanh²(s/cap) (None without a soft cap)."""
-    if problem.soft_cap is None:
-        return s, None
-    t = jnp.tanh(s / problem.soft_cap)
-    return problem.soft_cap * t, 1.0 - t * t
+def _tile(barriers, tiles, slot):
+    """A partial block's mask tile, once its TMA copy has landed."""
+    plgpu.barrier_wait(barriers.at[slot])
+    return tiles.at[slot]
 
 
 def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret: Any = None):
@@ -206,21 +194,15 @@ def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret
             kind = kind_ref[plan_head, q_block, t]
             kv_start = block_ref[plan_head, q_block, t] * bkv
             plgpu.barrier_wait(kv_barriers.at[slot])
-            s, slope = _logits(problem, _mm(q_smem, kt_smem.at[slot], (bq, bkv)))
-
-            def masked(s):
-                if has_tiles:
-                    plgpu.barrier_wait(tile_barriers.at[slot])
-                visible = _visible(mask_function, tile_smem.at[slot] if has_tiles else None,
-                                   _iota((bq, bkv), 0, q_start), _iota((bq, bkv), 1, kv_start))
-                return jnp.where(visible, s, -jnp.inf)
-
-            s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+            s, slope = mgpu_mask.soft_cap(_mm(q_smem, kt_smem.at[slot], (bq, bkv)),
+                                          problem.soft_cap)
+            s = mgpu_mask.partial_block(
+                s, kind == PARTIAL, mask_function, lambda: _tile(tile_barriers, tile_smem, slot),
+                lambda: (mgpu_mask.iota((bq, bkv), 0, q_start),
+                         mgpu_mask.iota((bq, bkv), 1, kv_start)))
             if seg:
-                kv_segments = plgpu.layout_cast(kv_seg_smem.at[slot][...], COL)
-                same = (lax.broadcast_in_dim(q_segments, (bq, bkv), [0])
-                        == lax.broadcast_in_dim(kv_segments, (bq, bkv), [1]))
-                s = jnp.where(same, s, -jnp.inf)
+                s = mgpu_mask.segments(s, q_segments,
+                                       plgpu.layout_cast(kv_seg_smem.at[slot][...], COL))
             p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(lse, (bq, bkv), [0]))
             dp = _mm(do_smem, vt_smem.at[slot], (bq, bkv))
             ds = p * (dp - lax.broadcast_in_dim(delta, (bq, bkv), [0]))
@@ -306,21 +288,15 @@ def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret:
             kind = kind_ref[p_head, kv_block, u]
             q_start = block_ref[p_head, kv_block, u] * bq
             plgpu.barrier_wait(q_barriers.at[slot])
-            s, slope = _logits(problem, _mm(k_smem, qt_smem.at[slot], (bkv, bq)))  # Sᵀ
-
-            def masked(s):
-                if has_tiles:
-                    plgpu.barrier_wait(tile_barriers.at[slot])
-                visible = _visible(mask_function, tile_smem.at[slot] if has_tiles else None,
-                                   _iota((bkv, bq), 1, q_start), _iota((bkv, bq), 0, kv_start))
-                return jnp.where(visible, s, -jnp.inf)
-
-            s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+            s, slope = mgpu_mask.soft_cap(_mm(k_smem, qt_smem.at[slot], (bkv, bq)),  # Sᵀ
+                                          problem.soft_cap)
+            s = mgpu_mask.partial_block(
+                s, kind == PARTIAL, mask_function, lambda: _tile(tile_barriers, tile_smem, slot),
+                lambda: (mgpu_mask.iota((bkv, bq), 1, q_start),
+                         mgpu_mask.iota((bkv, bq), 0, kv_start)))
             if seg:
-                q_segments = plgpu.layout_cast(q_seg_smem.at[slot][...], COL)
-                same = (lax.broadcast_in_dim(kv_segments, (bkv, bq), [0])
-                        == lax.broadcast_in_dim(q_segments, (bkv, bq), [1]))
-                s = jnp.where(same, s, -jnp.inf)
+                s = mgpu_mask.segments(s, kv_segments,
+                                       plgpu.layout_cast(q_seg_smem.at[slot][...], COL))
             lse = plgpu.layout_cast(lse_smem.at[slot][...], COL)
             p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(lse, (bkv, bq), [1]))  # Pᵀ
             p_smem[...] = p.astype(dtype)

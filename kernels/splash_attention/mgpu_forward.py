@@ -44,6 +44,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret
+from kernels.splash_attention import mgpu_mask
 from kernels.splash_attention.block_plan import PARTIAL, BlockPlan
 
 LOG2E = math.log2(math.e)
@@ -64,11 +65,9 @@ class TuningConfig:
     consumer warpgroups of 64 rows each and a producer warpgroup that only issues TMA;
     block_q must then be 128).
 
-    Two warpgroups lower for sm_90a (tested), and ran correctly in the interpreter at
-    S=256 (causal and per-head masks, segment ids, logsumexp), but the 0.10.2 interpreter
-    runs the three warpgroups as threads and on a 2-core host it can deadlock (two
-    threads parked in barrier waits, the third never scheduled; seen with block_kv 128,
-    segment ids and logsumexp), so CI verifies the one-warpgroup form only."""
+    Both forms are lowered for sm_90a and verified in the interpreter; the interpreter
+    runs the three warpgroups of the two-warpgroup form on separate XLA CPU workers
+    (see ``mgpu_interpret.configure_host_pool``)."""
 
     block_q: int = 64
     block_kv: int = 64
@@ -188,6 +187,8 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
     mask_function = block_plan.mask_function
     if interpret is not None:
         mgpu_interpret.enable_layout_cast_on_host()
+        if wgs > 1:
+            mgpu_interpret.check_host_pool(wgs + 1)
     has_tiles = mask_function is None
 
     def body(q_ref, kt_ref, v_ref, kv_block_ref, kind_ref, mask_block_ref, count_ref,
@@ -258,28 +259,20 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
                     plgpu.wgmma(acc, q_smem.at[wg], k_smem.at[slot])
                     return acc[...]
 
-                s = pl.run_scoped(qk, plgpu.ACC((rows, bkv), jnp.float32))
-                if problem.soft_cap is not None:
-                    s = problem.soft_cap * jnp.tanh(s / problem.soft_cap)
+                s, _ = mgpu_mask.soft_cap(
+                    pl.run_scoped(qk, plgpu.ACC((rows, bkv), jnp.float32)), problem.soft_cap)
 
-                def masked(s):
-                    if has_tiles:
-                        plgpu.barrier_wait(tile_barriers.at[slot])
-                        visible = tile_smem.at[slot, wg][...] > 0.5
-                    else:
-                        ids = plgpu.broadcasted_iota(jnp.int32, (rows, bkv), 0,
-                                                     layout=plgpu.Layout.WGMMA) + q_start
-                        cols = plgpu.broadcasted_iota(jnp.int32, (rows, bkv), 1,
-                                                      layout=plgpu.Layout.WGMMA) + kv_start
-                        visible = mask_function(ids, cols)
-                    return jnp.where(visible, s, -jnp.inf)
+                def tile():
+                    plgpu.barrier_wait(tile_barriers.at[slot])
+                    return tile_smem.at[slot, wg]
 
-                s = lax.cond(kind == PARTIAL, masked, lambda s: s, s)
+                s = mgpu_mask.partial_block(
+                    s, kind == PARTIAL, mask_function, tile,
+                    lambda: (mgpu_mask.iota((rows, bkv), 0, q_start),
+                             mgpu_mask.iota((rows, bkv), 1, kv_start)))
                 if problem.segment_ids:
-                    kv_segments = plgpu.layout_cast(kv_seg_smem.at[slot][...], COL)
-                    same = (lax.broadcast_in_dim(q_segments, (rows, bkv), [0])
-                            == lax.broadcast_in_dim(kv_segments, (rows, bkv), [1]))
-                    s = jnp.where(same, s, -jnp.inf)
+                    s = mgpu_mask.segments(s, q_segments,
+                                           plgpu.layout_cast(kv_seg_smem.at[slot][...], COL))
 
                 row_max_new = jnp.maximum(row_max, s.max(axis=1) * LOG2E)
                 alpha = jnp.exp2(row_max - row_max_new)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import jax
 import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
@@ -27,8 +28,13 @@ def mask(params: dict[str, Any]) -> splash.MultiHeadMask:
 
 
 def block_sizes(params: dict[str, Any]) -> splash.BlockSizes:
+    """One block size for the forward, dq and dkv kernels (the separate dq/dkv kernels,
+    upstream's default, not the fused backward)."""
     block = params.get("block", 128)
-    return splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block)
+    return splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
+                             block_q_dkv=block, block_kv_dkv=block,
+                             block_kv_dkv_compute=block, block_q_dq=block,
+                             block_kv_dq=block)
 
 
 def block_table(params: dict[str, Any]) -> np.ndarray:
@@ -64,6 +70,18 @@ def make(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
         return kernel
     segments = splash.SegmentIds(q=ids, kv=ids)
     return lambda q, k, v: kernel(q, k, v, segment_ids=segments)
+
+
+def make_backward(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
+    """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the upstream kernel's own
+    custom VJP (its dq and dkv kernels)."""
+    attend = make(params, interpret)
+
+    def gradients(q, k, v, do):
+        _, vjp = jax.vjp(attend, q, k, v)
+        return dict(zip(("dq", "dk", "dv"), vjp(do.astype(q.dtype)), strict=True))
+
+    return gradients
 
 
 def races_found() -> bool:

@@ -63,6 +63,9 @@ def hardware_software(ev: Evidence) -> list[str]:
     lines.append(f"Environment {state}: {_locks(env)}")
     if env["tools"].get("nvcc"):
         lines.append(f"nvcc: {env['tools']['nvcc']}")
+    if env.get("runtime_variables"):
+        lines.append("Set for the run: " + ", ".join(
+            f"{k}={v}" for k, v in env["runtime_variables"].items()))
     return lines
 
 
@@ -167,16 +170,25 @@ def measurement(ev: Evidence) -> list[str]:
     return lines
 
 
+def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
+    """The named outputs a kernel or baseline was checked on (what it computes)."""
+    return frozenset(name for check in checks for name in check.get("outputs", {}))
+
+
 def comparisons(ev: Evidence) -> dict[tuple[str, str, str], stats.Comparison]:
     """(variant, baseline, point) -> speedup of the variant over the baseline, judged
-    against the host's noise floor."""
+    against the host's noise floor. Only like is compared with like: a variant and a
+    baseline that compute the same outputs (a backward pass is not set against a
+    forward-only baseline)."""
     floor = ev.noise_floor["noise_floor"] if ev.noise_floor else None
     out = {}
     for (variant, point), record in ev.time.items():
-        if not record["timed"]:
+        checked = ev.verify.get((variant, point))
+        if not record["timed"] or checked is None:
             continue
+        computes = _outputs(checked["checks"])
         for (name, bpoint), base in ev.baselines.items():
-            if bpoint == point and base["timed"]:
+            if bpoint == point and base["timed"] and _outputs([base["check"]]) == computes:
                 out[variant, name, point] = stats.compare(
                     ev.time_samples(variant, point), ev.baseline_samples(name, point),
                     record["measurement"]["confidence"], floor)

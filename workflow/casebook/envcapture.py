@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import re
 import shutil
@@ -14,6 +15,8 @@ from typing import Any
 from casebook import paths, provenance
 from casebook.errors import CasebookError
 
+# Settings read from the environment that change how JAX/XLA run (thread pool, devices).
+RUNTIME_VARIABLES = ("PJRT_NPROC", "XLA_FLAGS", "JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
 
@@ -102,6 +105,8 @@ def capture(lock_platform: str) -> dict[str, Any]:
         "unlocked": sorted(set(found) - set(locked)),
         "packages": found,
         "tools": {"nvcc": _tool_version("nvcc")},
+        "runtime_variables": {name: os.environ[name] for name in RUNTIME_VARIABLES
+                              if name in os.environ},
     }
 
 
