@@ -23,6 +23,7 @@ include: "workflow/rules/verify.smk"
 include: "workflow/rules/noise.smk"
 include: "workflow/rules/time.smk"
 include: "workflow/rules/baseline.smk"
+include: "workflow/rules/autotune.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/site.smk"
 

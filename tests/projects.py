@@ -24,6 +24,7 @@ def tiny_case(tolerance_scale: float = 1.0) -> dict:
     case["points"] = case["points"][:1]
     case["build_only_points"] = case["build_only_points"][:1]
     case["variants"] = [v for v in case["variants"] if v["name"] in ("mgpu", "upstream")]
+    case["autotune"]["variants"] = ["mgpu"]
     case["verify"]["trials"] = 1
     for tol in case["tolerances"].values():
         for one in ([tol] if "atol" in tol else tol.values()):  # one, or one per output

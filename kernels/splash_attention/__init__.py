@@ -159,3 +159,10 @@ def reference_file() -> str:
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"unknown splash_attention variant {variant!r}; known: {VARIANTS}")
+
+
+def tile_candidates(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The port's tile rows the autotune rule measures for ``variant`` (``autotune``)."""
+    from kernels.splash_attention import autotune
+
+    return autotune.tile_candidates(variant, params)

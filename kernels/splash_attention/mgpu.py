@@ -38,9 +38,10 @@ VARIANTS = (*FORWARD_VARIANTS, *BACKWARD_VARIANTS)
 
 
 def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
-    """The point's tile choice: ``params["tiles"]`` when given, else block_q 64, 2 stages
-    and the widest block_kv of (128, 64) whose shared memory fits the budget (with the
-    partial-tile ring, so both forward variants fit)."""
+    """The point's tile choice: ``params["tiles"]`` when given (the case config's row, or
+    else the target's autotuned table row, which the pipeline adds: ``casebook.tile_table``),
+    else block_q 64, 2 stages and the widest block_kv of (128, 64) whose shared memory
+    fits the budget (with the partial-tile ring, so both forward variants fit)."""
     given = params.get("tiles")
     if given:
         return mgpu_forward.TuningConfig(**given)
@@ -53,8 +54,9 @@ def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
 
 
 def backward_tuning(params: dict[str, Any]) -> mgpu_backward.BackwardConfig:
-    """The backward's tile choice: ``params["bwd_tiles"]`` when given, else 64 x 64 with
-    the deepest ring of (2, 1) stages whose dQ and dK/dV kernels both fit the budget."""
+    """The backward's tile choice: ``params["bwd_tiles"]`` when given (config or tuned
+    table row, as for ``tuning``), else 64 x 64 with the deepest ring of (2, 1) stages
+    whose dQ and dK/dV kernels both fit the budget."""
     given = params.get("bwd_tiles")
     if given:
         return mgpu_backward.BackwardConfig(**given)

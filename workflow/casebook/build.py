@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, provenance, records
+from casebook import cases, config, provenance, records, tile_table
 from casebook.errors import CasebookError
 
 
@@ -22,14 +22,16 @@ def run(case_dir: str, case: str, variant: str, target: str, out: str) -> dict[s
     points = []
     grid = [(p, False) for p in spec["points"]] + [(p, True) for p in spec["build_only_points"]]
     for point, build_only in grid:
-        why_not = plugin.check_params(point["params"])
+        params, tiles_from = tile_table.apply(target, case, variant, point["name"], point["params"])
+        why_not = plugin.check_params(params)
         entry: dict[str, Any] = {"point": point["name"], "params": point["params"],
-                                 "build_only": build_only}
+                                 "build_only": build_only,
+                                 **({"tile_table": tiles_from} if tiles_from else {})}
         if why_not:
             entry.update(ok=False, error=why_not)
         else:
             try:
-                entry.update(ok=True, **plugin.build(variant, point["params"]))
+                entry.update(ok=True, **plugin.build(variant, params))
             except Exception as error:  # recorded, then the stage fails naming the point
                 entry.update(ok=False, error=f"{type(error).__name__}: {error}")
         points.append(entry)

@@ -12,6 +12,9 @@
 
 Optional: ``compare(params, output, got, want, tolerance) -> dict | None``, a case's own
 check of one named output (None: the elementwise default, ``verify.compare``).
+Optional: ``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes,
+tie_rule}``,
+the tile rows the autotune rule measures for a variant (``casebook.autotune``).
 
 ``oracle`` returns one array or ``{output name: array}``; a kernel's ``fetch`` returns
 some of those names (a variant computing one stage returns that stage's outputs). A

@@ -240,12 +240,25 @@ def _locks(env: dict[str, Any]) -> str:
     return " + ".join(f"{lock['file']} (sha256 {lock['sha256'][:16]}…)" for lock in found)
 
 
+def _tiles(ev: Evidence) -> list[str]:
+    """Which tile table the timed kernels used (file and sha256), if any."""
+    used = {(t["file"], t["sha256"]) for r in ev.time.values()
+            if (t := r.get("tile_table")) and t["applied"]}
+    if used:
+        return [f"Tiles: autotuned table {file} (sha256 {sha[:16]}…) where a point's config "
+                f"gives none" for file, sha in sorted(used)]
+    if "autotune" in ev.spec:
+        return ["Tiles: the case config's rows, else the kernel's budget rule (not autotuned)"]
+    return []
+
+
 def reproduction(ev: Evidence) -> list[str]:
     commits = _commits(ev)
     lines = [f"Project commit: {', '.join(commits)}",
              f"Command: {command(ev)}",
              f"Pinned inputs: {_locks(ev.env)}, case config and kernel sources sha256 "
              f"{ev.current_sources_sha256[:16]}…"]
+    lines += _tiles(ev)
     if any(c.endswith("-dirty") for c in commits):
         lines.append("WARNING: made from a working tree with uncommitted changes")
     if ev.stale:

@@ -93,6 +93,10 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
         repeated = [n for n, c in Counter(i["name"] for i in case[group]).items() if c > 1]
         if repeated:
             raise CasebookError(path, group, f"name {repeated[0]!r} appears twice")
+    variants = {v["name"] for v in case["variants"]}
+    for i, variant in enumerate(case.get("autotune", {}).get("variants", [])):
+        if variant not in variants:
+            raise CasebookError(path, f"autotune.variants.{i}", f"no variant named {variant!r}")
     point_schema = paths.SCHEMA_DIR / "points" / f"{name}.schema.yaml"
     for i, point in enumerate(case["points"]):
         validate(path, point["params"], point_schema, prefix=f"points.{i}.params")

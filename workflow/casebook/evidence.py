@@ -26,6 +26,9 @@ class Evidence:
     current_sources_sha256: str
     # The case's randomized_check records (benchmarks), with the config entry citing each.
     randomized: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # (variant, point) -> the autotune's tile_choice record, where a GPU run made one.
+    tile_choices: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def points(self) -> list[str]:
@@ -113,6 +116,11 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
                        "baseline"),
         noise_floor=read(paths.noise_floor_record(target), "noise_floor"),
         randomized=randomized,
+        tile_choices={(v, p["name"]): records.read(path, "tile_choice")
+                      for v in spec.get("autotune", {}).get("variants", [])
+                      for p in spec["points"]
+                      if Path(path := paths.tile_choice_record(target, case, v, p["name"]))
+                      .exists()},
         sources=sources,
         current_sources_sha256=provenance.case_sources_sha256(case, case_path),
     )

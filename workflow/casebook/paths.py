@@ -11,6 +11,9 @@ one results folder per machine::
     results/<target>/<case>/time/<variant>/<point>.json        measurement
     results/<target>/<case>/time/<variant>/<point>.samples.csv raw samples
     results/<target>/<case>/baseline/<baseline>/<point>.json   baseline measurement
+    results/<target>/<case>/tiles/<variant>/<point>.json       autotune: one point's pick
+    results/<target>/<case>/tiles/<variant>/<point>.samples/   ... each candidate's samples
+    results/<target>/<case>/tiles.yaml                         the target's tile table
     results/figures/<case>/<target>/<figure>.svg (+ .json)     figures and their sidecars
     results/figures/<case>/<target>/figures.json               what was drawn, or withheld
     results/<target>/noise_floor.json                          the host's A/A noise floor
@@ -93,6 +96,20 @@ def time_record(target: str, case: str, variant: str, point: str) -> str:
 
 def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/baseline/{baseline}/{point}.json"
+
+
+def tile_choice_record(target: str, case: str, variant: str, point: str) -> str:
+    return f"{RESULTS}/{target}/{case}/tiles/{variant}/{point}.json"
+
+
+def tile_samples_dir(record: str) -> str:
+    """The candidates' raw-sample tables of a tile_choice record, one file each."""
+    return record.removesuffix(".json") + ".samples"
+
+
+def tile_table(target: str, case: str) -> str:
+    """The tile table the autotune rule generates for ``target`` (GPU targets only)."""
+    return f"{RESULTS}/{target}/{case}/tiles.yaml"
 
 
 def samples_table(record: str) -> str:

@@ -129,6 +129,37 @@ def lowering(ev: Evidence) -> str:
     return _html(rows, [False] * len(rows), f"lowering-{ev.target}")
 
 
+def _row_label(tiles: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in tiles.items())
+
+
+def tile_choices(ev: Evidence, href: Href) -> str:
+    """Each autotuned point's candidates with their evidence: shared memory, verdict
+    against the oracle, median and interval; the picked row says why."""
+    rows, failed = [], []
+    for (variant, point), record in ev.tile_choices.items():
+        path = paths.tile_choice_record(ev.target, ev.case, variant, point)
+        picked = record["pick"] and record["pick"]["tiles"]
+        for c in record["candidates"]:
+            m, check = c.get("measurement"), c["verify"]
+            worst = check.get("worst_error_over_tolerance")
+            rows.append({
+                "variant": variant, "point": point, record["key"]: _row_label(c["tiles"]),
+                "shared memory": ", ".join(f"{k} {b:,} B" for k, b in c["smem_bytes"].items()),
+                "verified": ("passed" if check["passed"] else "FAILED")
+                + (f" ({worst:.3g} of tolerance)" if worst is not None else "")
+                + (f": {check['error']}" if check.get("error") else ""),
+                "median": fmt.seconds(m["median_s"]) if m else
+                f"not timed: {c['not_timed_reason']}",
+                "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])} "
+                            f"({m['confidence']:.0%})" if m else None,
+                "interpret mode": "yes" if c.get("execution", {}).get("interpret") else "no",
+                "pick": f"PICKED: {record['reason']}" if c["tiles"] == picked else "",
+                "record": href(path)})
+            failed.append(not check["passed"])
+    return _html(rows, failed, f"tiles-{ev.target}")
+
+
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat = {}
     for key, value in params.items():

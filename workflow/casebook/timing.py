@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, paths, provenance, records, verify
+from casebook import cases, config, paths, provenance, records, tile_table, verify
 from casebook.errors import CasebookError
 from casebook.measure import engine, guards, noise, table
 from kernels.runnable import Runnable
@@ -27,7 +27,7 @@ def settings_of(measurement: dict[str, Any]) -> engine.Settings:
         raise CasebookError(paths.CONFIG_SCHEMA, "measurement", str(error)) from None
 
 
-def _measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
+def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
              seed: int, samples_path: str) -> dict[str, Any]:
     """The engine's measurement and its samples table, or why none could be made."""
     settings = settings_of(measurement)
@@ -54,10 +54,15 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 samples_path: str) -> dict[str, Any]:
     spec, path, params, plugin = _context(case_dir, case, point)
     checked = records.read(verify_path, "verify")
+    tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
+    if tiles_from != checked.get("tile_table"):
+        raise CasebookError(verify_path, "tile_table", "verified with another tile table "
+                            "than the one in use now; rerun verify")
     body: dict[str, Any] = {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "verify_record": verify_path,
         "sources_sha256": provenance.case_sources_sha256(case, path),
+        **({"tile_table": tiles_from} if tiles_from else {}),
     }
     if not checked["passed"]:
         table.write(samples_path, [])
@@ -65,10 +70,10 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                "verification failed: " + "; ".join(checked["failures"]))
         return records.write(out, "time", {**body, "timed": False, "not_timed_reason": why})
     seed = verify.draw_seed()
-    runnable = plugin.kernel(variant, params, "time")
+    runnable = plugin.kernel(variant, tuned, "time")
     return records.write(out, "time", {
         **body, "seed": seed, "execution": runnable.execution,
-        **_measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
+        **measure(runnable, lambda rng: plugin.make_inputs(tuned, rng), settings,
                    spec["measurement"]["cache"], seed, samples_path)})
 
 
@@ -97,7 +102,7 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
             **body, "timed": False,
             "not_timed_reason": "the baseline disagrees with the oracle"})
     return records.write(out, "baseline", {
-        **body, **_measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
+        **body, **measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
                            spec["measurement"]["cache"], seed, samples_path)})
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, provenance, records
+from casebook import cases, config, provenance, records, tile_table
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
 SEED_VARIABLE = "CASEBOOK_SEED"  # set to replay a recorded draw
@@ -107,7 +107,8 @@ def _failure(check: dict[str, Any]) -> str:
     return f"{check['purpose']} trial {check['trial']}: {why}"
 
 
-def _trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[str, Any]:
+def check_trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[str, Any]:
+    """One run of ``runnable`` on ``inputs`` checked against the oracle's ``want``."""
     try:
         got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
@@ -126,10 +127,12 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     path = config.case_path(case_dir, case)
     config.find(spec["variants"], variant, path, "variants")
     params = config.find(spec["points"], point, path, "points")["params"]
+    tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
     return records.write(out, "verify", {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "sources_sha256": provenance.case_sources_sha256(case, path),
-        **check_point(cases.load(case), variant, params, spec, path)})
+        **({"tile_table": tiles_from} if tiles_from else {}),
+        **check_point(cases.load(case), variant, tuned, spec, path)})
 
 
 def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[str, Any],
@@ -156,7 +159,7 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
                 want = plugin.oracle(params, inputs)
                 checks.append({"purpose": purpose, "trial": trial,
                                "execution": runnable.execution,
-                               **_trial(runnable, params, inputs, want, tolerance,
+                               **check_trial(runnable, params, inputs, want, tolerance,
                                         own_compare)})
     races = plugin.races_found()
     failures = [_failure(c) for c in checks if not c["passed"]]

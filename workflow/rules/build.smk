@@ -4,6 +4,7 @@
 rule build:
     input:
         case_inputs,
+        tile_table_input,
     output:
         paths.build_record("{target}", "{case}", "{variant}"),
     params:

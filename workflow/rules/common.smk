@@ -72,6 +72,12 @@ def case_inputs(wildcards):
     ]
 
 
+def tile_table_input(wildcards):
+    """The target's tile table where one exists (committed or made by autotune)."""
+    table = paths.tile_table(wildcards.target, wildcards.case)
+    return [table] if os.path.exists(table) else []
+
+
 # What a target's jobs (env, host, build, verify, time, baseline) ask a cluster for
 # (config `cluster`); a GPU target's jobs then run only on nodes of its GPU kind.
 def target_gpus(wildcards):

@@ -4,6 +4,7 @@
 rule time:
     input:
         case_inputs,
+        tile_table_input,
         verify=paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
     output:
         record=paths.time_record("{target}", "{case}", "{variant}", "{point}"),

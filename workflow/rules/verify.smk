@@ -4,6 +4,7 @@
 rule verify:
     input:
         case_inputs,
+        tile_table_input,
         build=paths.build_record("{target}", "{case}", "{variant}"),
     output:
         paths.verify_record("{target}", "{case}", "{variant}", "{point}"),

@@ -1,0 +1,351 @@
+"""Autotune: tile candidates, the pick rule, the tile_choice record and the tile table.
+
+Nothing here measures a GPU: the end-to-end test runs the real measurement engine on
+the Mosaic GPU interpreter (a mechanics test; its record says interpret mode), and the
+rule itself refuses target cpu.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from casebook import (
+    autotune,
+    build,
+    cases,
+    conditions,
+    config,
+    paths,
+    provenance,
+    records,
+    site,
+    tables,
+    tile_table,
+    timing,
+    verify,
+)
+from casebook.errors import CasebookError
+from kernels.runnable import Runnable
+from kernels.splash_attention import autotune as candidates_of
+from kernels.splash_attention import mgpu, mgpu_backward, mgpu_forward
+from tests.projects import MEASUREMENT, make_project, snakemake, tiny_case
+
+LIMIT = 232_448  # Hopper's opt-in shared memory per block
+BIG = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 256,
+       "mask": {"kind": "causal"}, "dtype": "bfloat16"}
+TINY = {"heads_q": 1, "heads_kv": 1, "seq_len": 256, "head_dim": 64,
+        "mask": {"kind": "causal"}, "dtype": "float16"}
+
+
+def forward_bytes(d: int, bq: int, bkv: int, stages: int, has_tiles: bool) -> int:
+    """The forward's shared memory at head_dim d (bf16, one warpgroup), counted by hand:
+    Q, the K^T and V rings, P, a Q barrier and a ring of kv barriers (+ the tile ring)."""
+    total = 2 * (bq * d + 2 * stages * bkv * d + bq * bkv) + 8 * (1 + stages)
+    return total + (2 * stages * bq * bkv + 8 * stages if has_tiles else 0)
+
+
+def by_tiles(found: dict, group: str) -> dict[tuple, dict]:
+    return {tuple(c["tiles"].values()): c for c in found[group]}
+
+
+def test_the_smem_filter_keeps_what_fits_the_budget_and_names_what_does_not():
+    assert mgpu_forward.SMEM_LIMIT_BYTES == LIMIT
+    for variant, has_tiles in (("mgpu", False), ("mgpu_mask_tiles", True)):
+        found = candidates_of.tile_candidates(variant, BIG)
+        kept, rejected = by_tiles(found, "kept"), by_tiles(found, "rejected")
+        assert len(kept) + len(rejected) == 2 * 2 * 4 * 2
+        for bq, bkv, stages in ((64, 64, 1), (64, 64, 2), (64, 128, 1), (128, 64, 1)):
+            want = forward_bytes(256, bq, bkv, stages, has_tiles)
+            assert want <= LIMIT
+            assert kept[bq, bkv, stages, 1]["smem_bytes"] == {"forward": want}
+        # 64 x 128 with a 2-deep ring: 311,320 B (plus tiles) — over the budget, named.
+        over = rejected[64, 128, 2, 1]
+        assert over["smem_bytes"]["forward"] == forward_bytes(256, 64, 128, 2, has_tiles) > LIMIT
+        assert "over the 232,448-byte limit" in over["reason"]
+        assert all(max(c["smem_bytes"].values()) <= LIMIT for c in found["kept"])
+    backward = candidates_of.tile_candidates("mgpu_bwd", BIG)
+    assert backward["key"] == "bwd_tiles"
+    assert [c["tiles"] for c in backward["kept"]] == [{"block_q": 64, "block_kv": 64,
+                                                       "stages": 1}]
+    deeper = mgpu_backward.smem_bytes(mgpu.problem(BIG), mgpu_backward.BackwardConfig(64, 64, 2),
+                                      has_tiles=False)
+    assert by_tiles(backward, "rejected")[64, 64, 2]["smem_bytes"] == deeper
+    assert max(deeper.values()) > LIMIT
+
+
+def test_candidates_must_divide_the_sequence_and_pair_two_warpgroups_with_128_rows():
+    found = candidates_of.tile_candidates("mgpu", {**TINY, "seq_len": 320})
+    rejected = by_tiles(found, "rejected")
+    assert "not a multiple of block_q 128" in rejected[128, 64, 1, 1]["reason"]
+    assert "not a multiple of block_kv 128" in rejected[64, 128, 1, 1]["reason"]
+    assert "need block_q 128" in rejected[64, 64, 1, 2]["reason"]
+    assert {tuple(c["tiles"].values()) for c in found["kept"]} == {
+        (64, 64, s, 1) for s in (1, 2, 3, 4)}
+    with pytest.raises(ValueError, match="no tile choice"):
+        candidates_of.tile_candidates("upstream", TINY)
+
+
+RULE = candidates_of.TIE_RULE
+
+
+def timed(stages, wgs, median, half, passed=True):
+    return {"tiles": {"stages": stages, "compute_wgs": wgs}, "tie_order": [stages, wgs],
+            "verify": {"passed": passed}, "timed": True,
+            "measurement": {"median_s": median, "ci_low_s": median - half,
+                            "ci_high_s": median + half, "confidence": 0.95}}
+
+
+def test_a_clear_winner_is_picked_by_its_median(rng):
+    fast = rng.uniform(1e-4, 2e-4)
+    found = [timed(1, 1, 3 * fast, fast / 10), timed(4, 2, fast, fast / 10)]
+    chosen, reason = autotune.pick(found, RULE)
+    assert chosen == 1
+    assert "overlaps no other" in reason
+
+
+def test_overlapping_intervals_go_to_fewer_stages_then_fewer_warpgroups(rng):
+    base = rng.uniform(1e-4, 2e-4)
+    found = [timed(3, 1, base, base / 5), timed(2, 2, base * 1.05, base / 5),
+             timed(2, 1, base * 1.1, base / 5), timed(1, 1, base * 2, base / 20)]
+    chosen, reason = autotune.pick(found, RULE)
+    assert chosen == 2  # tied with the fastest; stages 2 < 3, one warpgroup < two
+    assert "2 other(s) within its 95% interval" in reason and "fewer stages" in reason
+
+
+def test_a_candidate_that_failed_verification_is_never_picked_even_if_fastest(rng):
+    base = rng.uniform(1e-4, 2e-4)
+    found = [timed(1, 1, base / 10, base / 100, passed=False), timed(2, 1, base, base / 10)]
+    assert autotune.pick(found, RULE)[0] == 1
+    assert autotune.pick(found[:1], RULE)[0] is None
+
+
+def fake_plugin(wrong: set[int]) -> SimpleNamespace:
+    """A case computing y = 2x with tile rows {"w": n}; rows in ``wrong`` compute 3x."""
+    def kernel(variant, params, purpose):
+        factor = 3.0 if params["tiles"]["w"] in wrong else 2.0
+        return Runnable(prepare=lambda inputs: (inputs["x"],), call=lambda x: factor * x,
+                        sync=lambda out: None, fetch=lambda out: out,
+                        execution={"mode": "numpy", "interpret": False, "poisoned": False,
+                                   "race_detection": False})
+
+    return SimpleNamespace(
+        make_inputs=lambda params, rng: {"x": rng.standard_normal(params["n"])},
+        oracle=lambda params, inputs: 2 * inputs["x"], kernel=kernel,
+        races_found=lambda: False, reset=lambda: None)
+
+
+CASE_PATH = config.case_path("configs/cases", "splash_attention")  # hashed into the record
+FAKE_SPEC = {"name": "splash_attention", "points": [{"name": "p", "params": {
+    "n": 16, "dtype": "float32"}}], "tolerances": {"float32": {
+        "atol": 1e-6, "rtol": 1e-6, "reason": "y = 2x is exact"}},
+    "measurement": {"cache": "hot"}}
+FAKE_FOUND = {"key": "tiles", "smem_limit_bytes": LIMIT, "rejected": [], "tie_rule": "w",
+              "kept": [
+    {"tiles": {"w": n}, "smem_bytes": {"forward": 1024 * n}, "tie_order": [n]}
+    for n in (1, 2)]}
+
+
+def test_every_candidate_failing_verification_is_a_clear_error_after_its_record(tmp_path):
+    out = str(tmp_path / "tiles/v/p.json")
+    with pytest.raises(CasebookError, match="pick: no candidate both passed verification"):
+        autotune.choose(fake_plugin(wrong={1, 2}), FAKE_SPEC, CASE_PATH,
+                        "v", "p", "h200", MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"))
+    record = records.read(out, "tile_choice")
+    assert record["pick"] is None
+    assert [c["timed"] for c in record["candidates"]] == [False, False]
+    assert not any(c["verify"]["passed"] for c in record["candidates"])
+
+
+def test_a_gpu_target_refuses_a_runnable_that_would_run_in_an_interpreter(tmp_path):
+    plugin = fake_plugin(wrong=set())
+    interpreted = plugin.kernel
+
+    def kernel(variant, params, purpose):
+        return interpreted(variant, params, purpose)._replace(execution={
+            "mode": "interpreter", "interpret": True, "poisoned": True,
+            "race_detection": False})
+
+    plugin.kernel = kernel
+    with pytest.raises(CasebookError, match="interpreter on target h200"):
+        autotune.choose(plugin, FAKE_SPEC, CASE_PATH, "v", "p", "h200",
+                        MEASUREMENT, FAKE_FOUND, str(tmp_path / "p.json"), str(tmp_path / "s"))
+
+
+def test_run_refuses_target_cpu(tmp_path):
+    with pytest.raises(CasebookError, match="target: autotune measures tile candidates on "
+                                            "a GPU"):
+        autotune.run("configs/cases", "splash_attention", "mgpu", "mha_causal_f16", "cpu",
+                     MEASUREMENT, str(tmp_path / "p.json"), str(tmp_path / "s"))
+
+
+@pytest.mark.timeout(900)
+def test_interpret_mode_autotune_writes_a_schema_valid_tile_choice(tmp_path):
+    """Mechanics on the CPU: two candidates of a tiny point, each verified against the
+    float64 oracle in the Mosaic GPU interpreter and timed by the real engine there."""
+    spec = config.load_case("configs/cases", "splash_attention")
+    spec["points"] = [{"name": "tiny_causal_f16", "params": TINY}]
+    space = {"block_q": (64,), "block_kv": (64, 128), "stages": (1,), "compute_wgs": (1,)}
+    found = candidates_of.tile_candidates("mgpu", TINY, space)
+    assert len(found["kept"]) == 2
+    out = str(tmp_path / "tiles/mgpu/tiny_causal_f16.json")
+    autotune.choose(cases.load("splash_attention"), spec,
+                    config.case_path("configs/cases", "splash_attention"), "mgpu",
+                    "tiny_causal_f16", "cpu", MEASUREMENT, found, out, str(tmp_path / "samples"))
+    record = records.read(out, "tile_choice")  # read back through the schema
+    assert record["target"] == "cpu" and record["key"] == "tiles"
+    for candidate in record["candidates"]:
+        assert candidate["execution"]["interpret"] is True
+        assert "interpret mode" in candidate["execution"]["mode"]
+        assert candidate["verify"]["passed"] and candidate["verify"]["nan_count"] == 0
+        assert candidate["timed"], candidate.get("not_timed_reason")
+        assert Path(candidate["measurement"]["samples_file"]).exists()
+    assert record["pick"]["tiles"] in [c["tiles"] for c in found["kept"]]
+    print({json.dumps(c["tiles"]): c["measurement"]["median_s"] for c in record["candidates"]},
+          record["reason"])
+    page = tables.tile_choices(SimpleNamespace(
+        target="cpu", case="splash_attention",
+        tile_choices={("mgpu", "tiny_causal_f16"): record}), href=lambda path: None)
+    assert page.count("PICKED: fastest median") == 1 and page.count("passed (") == 2
+    assert "FAILED" not in page
+    with pytest.raises(CasebookError, match="target"):  # no tile table for target cpu
+        tile_table.generate("cpu", "splash_attention", [out], str(tmp_path / "tiles.yaml"))
+
+
+def write_table(where: Path, point: str, params: dict, tiles: dict) -> Path:
+    table = Path(where, paths.tile_table("h200", "splash_attention"))
+    table.parent.mkdir(parents=True)
+    record = table.parent / "tiles/mgpu" / f"{point}.json"
+    table.write_text(yaml.safe_dump({"case": "splash_attention", "target": "h200", "rows": {
+        "mgpu": {point: {"key": "tiles", "tiles": tiles, "params": params,
+                         "record": str(record), "record_sha256": "0" * 64}}}}))
+    return table
+
+
+def test_the_tuned_table_sets_tiles_unless_the_config_gives_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # results/ is relative to the working directory
+    spec = config.load_case("configs/cases", "splash_attention")
+    point = next(p for p in spec["points"] if "tiles" not in p["params"])
+    params = point["params"]
+    tuned_tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
+    assert mgpu.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)  # the budget rule
+    assert tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params) == (
+        params, None)  # no table yet
+    table = write_table(tmp_path, point["name"], params, tuned_tiles)
+
+    tuned, used = tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params)
+    assert mgpu.tuning(tuned) == mgpu_forward.TuningConfig(**tuned_tiles)
+    assert used["applied"] and used["sha256"] == provenance.file_sha256(table)
+    assert used["file"] == paths.tile_table("h200", "splash_attention")
+    assert tile_table.apply("cpu", "splash_attention", "mgpu", point["name"], params)[1] is None
+    assert tile_table.apply("h200", "splash_attention", "mgpu_bwd", point["name"],
+                            params)[1] is None  # no row for the backward
+
+    explicit = {**params, "tiles": {"block_q": 128, "block_kv": 64, "stages": 2,
+                                    "compute_wgs": 1}}
+    kept, used = tile_table.apply("h200", "splash_attention", "mgpu", point["name"], explicit)
+    assert mgpu.tuning(kept) == mgpu_forward.TuningConfig(128, 64, 2, 1)
+    assert not used["applied"] and "case config gives `tiles`" in used["why"]
+
+    with pytest.raises(CasebookError, match=r"rows\.mgpu\..*\.params: tuned for other"):
+        tile_table.apply("h200", "splash_attention", "mgpu", point["name"],
+                         {**params, "seq_len": params["seq_len"] * 2})
+
+
+def test_a_malformed_table_names_the_file_and_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = write_table(tmp_path, "p", TINY, {"block_q": 64})
+    table.write_text(table.read_text().replace("target: h200", "target: cpu"))
+    with pytest.raises(CasebookError, match=r"tiles\.yaml: target"):
+        tile_table.apply("h200", "splash_attention", "mgpu", "p", TINY)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
+    case = tiny_case()  # autotunes mgpu
+    project = make_project(tmp_path, case)
+    refused = snakemake(project, "--dry-run", "autotune")
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert said.count("casebook: autotune measures tile candidates on a GPU; target cpu") == 1
+    everything = snakemake(project, "--dry-run")
+    assert everything.returncode == 0, everything.stderr[-2000:]
+    jobs = [line.split()[0] for line in everything.stdout.splitlines() if line.strip()]
+    assert "tile_choice" not in jobs and "tile_table" not in jobs and "autotune" not in jobs
+    assert "verify" in jobs  # the job-count table lists the jobs of `all`
+    gpu = snakemake(project, "--dry-run", "--config", "target=h200", "--", "autotune")
+    assert gpu.returncode == 0, gpu.stderr[-2000:]
+    assert "gpu=1, constraint=h200" in gpu.stdout
+    assert "results/h200/splash_attention/tiles/mgpu/mha_causal_f16.json" in gpu.stdout
+    assert gpu.stdout.count("rule tile_choice:") == 1  # one variant at one point
+
+
+def test_the_page_says_where_tiles_came_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = config.load_case("configs/cases", "splash_attention")
+    untuned = SimpleNamespace(target="h200", case="splash_attention", tile_choices={})
+    assert "not autotuned (no GPU autotune run yet)" in site.tile_note(spec, untuned)
+    unfinished = SimpleNamespace(**{**vars(untuned), "tile_choices": {("mgpu", "p"): {}}})
+    assert "no tile table: the autotune run did not finish" in site.tile_note(spec, unfinished)
+    write_table(tmp_path, "p", TINY, {"block_q": 64})
+    assert "results/h200/splash_attention/tiles.yaml, generated by" in site.tile_note(
+        spec, unfinished)
+    assert site.tile_note({k: v for k, v in spec.items() if k != "autotune"}, untuned) is None
+
+
+@pytest.mark.timeout(600)
+def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monkeypatch):
+    """On a target with a tile table, the row reaches the kernel (the lowered launch shows
+    it) and the build, verify and time records name the table and its sha256; a time
+    stage refuses a verify record made with another table."""
+    case = tiny_case()
+    case["build_only_points"] = []
+    case["points"][0]["params"].pop("tiles", None)  # the table's row, not the config's
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases/splash_attention.yaml").write_text(yaml.safe_dump(case))
+    monkeypatch.chdir(tmp_path)
+    point = case["points"][0]
+    params = config.load_case(tmp_path / "cases", "splash_attention")["points"][0]["params"]
+    tuned_tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
+    assert mgpu.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)
+    table = write_table(tmp_path, point["name"], params, tuned_tiles)
+
+    built = build.run(str(tmp_path / "cases"), "splash_attention", "mgpu", "h200",
+                      "build.json")
+    (entry,) = built["points"]
+    (artifact,) = entry["artifacts"]
+    assert artifact["facts"]["tuning"] == {"block_q": 64, "block_kv": 64, "stages": 1,
+                                           "compute_warpgroups": 1}
+    assert entry["tile_table"]["sha256"] == provenance.file_sha256(table)
+    checked = verify.run(str(tmp_path / "cases"), "splash_attention", "mgpu", point["name"],
+                         "h200", "verify.json")
+    assert checked["passed"], checked["failures"]
+    assert checked["tile_table"] == entry["tile_table"]
+    assert checked["tile_table"]["applied"] and checked["tile_table"]["tuned"] == tuned_tiles
+    timed = timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
+                               point["name"], "h200", MEASUREMENT, "verify.json", "time.json",
+                               "time.samples.csv")
+    assert timed["timed"] and timed["tile_table"] == entry["tile_table"]
+    table.write_text(table.read_text().replace("stages: 1", "stages: 2"))
+    with pytest.raises(CasebookError, match=r"verify\.json: tile_table: verified with another"):
+        timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
+                           point["name"], "h200", MEASUREMENT, "verify.json", "time.json",
+                           "time.samples.csv")
+
+
+def test_the_reproduction_condition_names_the_tile_table_the_timed_kernels_used():
+    spec = config.load_case("configs/cases", "splash_attention")
+    used = {"file": "results/h200/splash_attention/tiles.yaml", "sha256": "ab" * 32,
+            "row": "mgpu.p", "key": "tiles", "tuned": {"block_q": 64}, "applied": True}
+    ev = SimpleNamespace(spec=spec, time={("mgpu", "p"): {"tile_table": used},
+                                          ("upstream", "p"): {}})
+    assert conditions._tiles(ev) == [
+        "Tiles: autotuned table results/h200/splash_attention/tiles.yaml (sha256 "
+        "abababababababab…) where a point's config gives none"]
+    ev.time[("mgpu", "p")]["tile_table"] = {**used, "applied": False}
+    assert "not autotuned" in conditions._tiles(ev)[0]

@@ -1,0 +1,62 @@
+# GPU hosts only: measure each point's tile candidates, pick one, write the target's tile
+# table (build, verify and time then apply it). Not part of `all`; `snakemake autotune`
+# runs it, and refuses target cpu: interpreter times say nothing about GPU speed.
+from casebook import tile_table
+
+
+def autotuned(case):
+    """The variants of ``case`` whose tile choice is autotuned (config `autotune`)."""
+    return CASES[case].get("autotune", {}).get("variants", [])
+
+
+rule tile_choice:
+    input:
+        case_inputs,
+    output:
+        record=paths.tile_choice_record("{target}", "{case}", "{variant}", "{point}"),
+        samples=directory(
+            paths.tile_samples_dir(
+                paths.tile_choice_record("{target}", "{case}", "{variant}", "{point}")
+            )
+        ),
+    params:
+        case_dir=config["case_dir"],
+        measurement=config["measurement"],
+    log:
+        paths.log("autotune", "{target}", "{case}", "{variant}", "{point}"),
+    # Each candidate is measured: the whole machine, as for time.
+    threads: measure_threads
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
+    script:
+        "../scripts/autotune.py"
+
+
+rule tile_table:
+    input:
+        lambda w: [
+            paths.tile_choice_record(w.target, w.case, v, p["name"])
+            for v in autotuned(w.case)
+            for p in CASES[w.case]["points"]
+        ],
+    output:
+        paths.tile_table("{target}", "{case}"),
+    log:
+        paths.log("autotune", "{target}", "{case}", "table"),
+    script:
+        "../scripts/tile_table.py"
+
+
+def autotune_tables(wildcards):
+    if "cpu" in MEASURED:
+        raise WorkflowError(f"casebook: {tile_table.CPU_REFUSAL}")
+    tuned = [case for case in CASES if autotuned(case)]
+    if not tuned:
+        raise WorkflowError("casebook: no case of this config has `autotune` variants")
+    return [paths.tile_table(t, case) for t in MEASURED for case in tuned]
+
+
+rule autotune:
+    input:
+        autotune_tables,

@@ -1,0 +1,10 @@
+"""Snakemake script: autotune one variant's tile choice at one point (GPU targets)."""
+
+from casebook import autotune
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    w = snakemake.wildcards
+    autotune.run(snakemake.params.case_dir, w.case, w.variant, w.point, w.target,
+                 snakemake.params.measurement, snakemake.output.record,
+                 snakemake.output.samples)

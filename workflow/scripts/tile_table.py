@@ -1,0 +1,8 @@
+"""Snakemake script: a target's tile table from its tile_choice records."""
+
+from casebook import tile_table
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    w = snakemake.wildcards
+    tile_table.generate(w.target, w.case, list(snakemake.input), snakemake.output[0])
