@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from typing import Any
 
 # The interpreter runs each warpgroup of a CTA as its own XLA computation, and a
 # warpgroup's barrier wait blocks the XLA CPU worker thread it runs on. XLA sizes that
@@ -56,6 +57,30 @@ def enable_layout_cast_on_host() -> None:
 
     mlir.register_lowering(mosaic_gpu_core.layout_cast_p,
                            lambda ctx, x, new_layout: [x], platform="cpu")
+
+
+def placement(purpose: str) -> tuple[Any, dict[str, Any]]:
+    """Where a Mosaic GPU kernel runs on this host, for ``purpose`` ("check" or "time"):
+    ``(interpret, execution)``. No GPU: the interpreter (NaN memory; race detection when
+    checking). An sm_90 GPU: the real kernel (``interpret=None``). Another GPU: refused
+    (``NotRunnable``): the kernels are Hopper (sm_90a) kernels."""
+    import jax
+
+    from casebook.cases import NotRunnable
+
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        races = purpose == "check"
+        return interpret_params(race_detection=races), {
+            "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
+                    "shared memory = NaN" + (", race detection on)" if races else ")"),
+            "interpret": True, "poisoned": True, "race_detection": races}
+    capability = getattr(device, "compute_capability", None)
+    if capability != "9.0":
+        raise NotRunnable(f"a Hopper (sm_90a) kernel; this host's {device.device_kind} has "
+                          f"compute capability {capability}")
+    return None, {"mode": f"Pallas Mosaic GPU kernel on {device.device_kind} (sm_90a)",
+                  "interpret": False, "poisoned": False, "race_detection": False}
 
 
 def interpret_params(race_detection: bool = True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -79,6 +80,15 @@ def test_every_variant_lowers_at_the_largest_upstream_shape(name):
 
 
 @pytest.mark.timeout(300)
+def test_on_an_sm90_gpu_the_variants_run_for_real_not_interpreted(monkeypatch):
+    import jax
+
+    gpu = SimpleNamespace(platform="gpu", compute_capability="9.0", device_kind="NVIDIA H100")
+    monkeypatch.setattr(jax, "devices", lambda *args: [gpu])
+    runnable = moe.kernel(next(iter(variants.VARIANTS)), POINT, "check")
+    assert not runnable.execution["interpret"] and "H100 (sm_90a)" in runnable.execution["mode"]
+
+
 def test_the_checks_fail_a_wrong_code_and_a_wrong_value(rng):
     inputs = moe.make_inputs(POINT, rng)
     want = moe.oracle(POINT, inputs)

@@ -3,6 +3,8 @@ against the float64 oracle, through the surface the pipeline calls."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -99,6 +101,21 @@ def test_segment_ids_and_soft_cap_as_point_params(rng, variant):
     plain = splash.oracle({**PACKED, "segments": None, "soft_cap": None}, inputs)["out"]
     assert not compare(plain, want, *TOL["float16"])["passed"]
     assert not splash.races_found()
+
+
+@pytest.mark.parametrize("variant", ["mgpu", "mgpu_bwd"])
+def test_the_port_runs_for_real_on_an_sm90_gpu_and_nowhere_else(monkeypatch, variant):
+    """On a Hopper host the pipeline gets the real kernel, never the interpreter (whose
+    times would say nothing about the GPU); on another GPU the port is not runnable."""
+    gpu = SimpleNamespace(platform="gpu", compute_capability="9.0", device_kind="NVIDIA H200")
+    monkeypatch.setattr(jax, "devices", lambda *args: [gpu])
+    for purpose in ("check", "time"):
+        runnable = splash.kernel(variant, PORT_POINTS["mha_causal_f16"], purpose)
+        assert not runnable.execution["interpret"]
+        assert runnable.execution["mode"] == "Pallas Mosaic GPU kernel on NVIDIA H200 (sm_90a)"
+    gpu.compute_capability, gpu.device_kind = "10.0", "NVIDIA B200"
+    with pytest.raises(cases.NotRunnable, match=r"B200 has compute capability 10\.0"):
+        splash.kernel(variant, PORT_POINTS["mha_causal_f16"], "check")
 
 
 def test_a_baseline_without_soft_cap_is_not_runnable_at_such_a_point():

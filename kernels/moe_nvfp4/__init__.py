@@ -76,16 +76,12 @@ def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
-    """The variant in the Mosaic GPU interpreter: ``check`` with race detection."""
+    """The variant on an sm_90 GPU, or in the Mosaic GPU interpreter on a host without a
+    GPU (``check``: with race detection)."""
     e, m, k, n = inputs.sizes(params)
-    races = purpose == "check"
-    fn = port.function(_variant(variant), e, m, k, n,
-                       interpret=mgpu_interpret.interpret_params(race_detection=races))
-    runnable = from_jax(fn, port.INPUTS, {
-        "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised memory = "
-                "NaN" + (", race detection on)" if races else ")"),
-        "interpret": True, "poisoned": True, "race_detection": races})
-    return runnable._replace(fetch=_fetch)
+    interpret, execution = mgpu_interpret.placement(purpose)
+    fn = port.function(_variant(variant), e, m, k, n, interpret=interpret)
+    return from_jax(fn, port.INPUTS, execution)._replace(fetch=_fetch)
 
 
 def baseline(name: str, params: dict[str, Any]) -> Runnable:

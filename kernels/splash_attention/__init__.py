@@ -110,19 +110,17 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
-    """The kernel to ``check`` (faithful interpreter, NaN memory, races) or to ``time``."""
+    """The kernel to ``check`` or to ``time``: the port on an sm_90 GPU, or in the Mosaic
+    GPU interpreter on a host without a GPU (checking: NaN memory, races); upstream in
+    Pallas's TPU interpreter."""
     _check_variant(variant)
     if variant in mgpu.VARIANTS:
-        interpret = mgpu_interpret.interpret_params(race_detection=purpose == "check")
+        interpret, execution = mgpu_interpret.placement(purpose)
         if variant in mgpu.BACKWARD_VARIANTS:
             fn, names = mgpu.make_backward(params, interpret=interpret), BACKWARD_INPUTS
         else:
             fn, names = mgpu.make(variant, params, interpret=interpret), INPUTS
-        return from_jax(fn, names, {
-            "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
-                    "shared memory = NaN" + (", race detection on)" if purpose == "check"
-                                             else ")"),
-            "interpret": True, "poisoned": True, "race_detection": purpose == "check"})
+        return from_jax(fn, names, execution)
     make, names = ((upstream.make_backward, BACKWARD_INPUTS) if variant == "upstream_bwd"
                    else (upstream.make, INPUTS))
     if purpose == "check":
