@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=40)
     parser.add_argument("--seed", type=int, default=None, help="replay a recorded run")
     args = parser.parse_args()
-    mgpu_interpret.configure_host_pool()
+    mgpu_interpret.start_host_backend()
     seed = secrets.randbits(63) if args.seed is None else args.seed
     print("seed", seed, flush=True)
     rng = np.random.default_rng(seed)

@@ -23,20 +23,40 @@ from typing import Any
 # backend starts). With fewer workers than warpgroups a CTA can starve: two warpgroups
 # wait at a barrier for the third, which is queued behind them (seen on a 2-core host:
 # a producer + 2 consumer kernel hung every time with 2 workers, never with 3 or more).
+# Only the interpreting process gets the larger pool: the variable is set while its
+# backend starts and then restored, so other processes (measurements of XLA baselines,
+# the noise floor) keep XLA's default.
 POOL_VARIABLE = "PJRT_NPROC"
 MIN_POOL_WORKERS = 4  # the most warpgroups a kernel here uses (3), plus one
+_pool_workers: int | None = None  # this process's pool, when start_host_backend sized it
 
 
 def host_pool_workers() -> int:
-    """The XLA CPU pool's worker count this process gets (or got) at backend start."""
+    """The XLA CPU pool's worker count this process has (or will have)."""
+    if _pool_workers is not None:
+        return _pool_workers
     return int(os.environ.get(POOL_VARIABLE) or len(os.sched_getaffinity(0)))
 
 
-def configure_host_pool() -> None:
-    """Give the XLA CPU pool at least ``MIN_POOL_WORKERS`` workers. Call before JAX's
-    backend starts (in the process's entry point); an explicit setting is kept."""
-    if POOL_VARIABLE not in os.environ and host_pool_workers() < MIN_POOL_WORKERS:
-        os.environ[POOL_VARIABLE] = str(MIN_POOL_WORKERS)
+def start_host_backend() -> None:
+    """Start JAX's CPU backend with at least ``MIN_POOL_WORKERS`` pool workers (an explicit
+    ``PJRT_NPROC`` is kept), leaving the environment as it was. Too late once the backend
+    has started: ``check_host_pool`` then refuses a kernel that could starve."""
+    global _pool_workers
+    import jax
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():  # the pool is sized already
+        return
+    workers = max(host_pool_workers(), MIN_POOL_WORKERS)
+    before = os.environ.get(POOL_VARIABLE)
+    os.environ[POOL_VARIABLE] = str(workers)
+    try:
+        jax.devices("cpu")
+    finally:
+        if before is None:
+            del os.environ[POOL_VARIABLE]
+    _pool_workers = workers
 
 
 def check_host_pool(warpgroups: int) -> None:
@@ -44,9 +64,9 @@ def check_host_pool(warpgroups: int) -> None:
     if host_pool_workers() < warpgroups:
         raise RuntimeError(
             f"the Mosaic GPU interpreter needs {warpgroups} XLA CPU workers for a "
-            f"{warpgroups}-warpgroup kernel; this process has {host_pool_workers()}: set "
-            f"{POOL_VARIABLE}={MIN_POOL_WORKERS} before JAX starts "
-            "(kernels.mgpu_interpret.configure_host_pool)")
+            f"{warpgroups}-warpgroup kernel; this process has {host_pool_workers()}: call "
+            "kernels.mgpu_interpret.start_host_backend() before JAX starts, or set "
+            f"{POOL_VARIABLE}={MIN_POOL_WORKERS}")
 
 
 @functools.cache
@@ -68,13 +88,15 @@ def placement(purpose: str) -> tuple[Any, dict[str, Any]]:
 
     from casebook.cases import NotRunnable
 
+    start_host_backend()
     device = jax.devices()[0]
     if device.platform == "cpu":
         races = purpose == "check"
         return interpret_params(race_detection=races), {
             "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
                     "shared memory = NaN" + (", race detection on)" if races else ")"),
-            "interpret": True, "poisoned": True, "race_detection": races}
+            "interpret": True, "poisoned": True, "race_detection": races,
+            "xla_cpu_pool_workers": host_pool_workers()}
     capability = getattr(device, "compute_capability", None)
     if capability != "9.0":
         raise NotRunnable(f"a Hopper (sm_90a) kernel; this host's {device.device_kind} has "

@@ -9,8 +9,9 @@ import pytest
 
 from kernels import mgpu_interpret
 
-# Before any test starts JAX: enough XLA CPU workers for warp-specialised interpreting.
-mgpu_interpret.configure_host_pool()
+# Before any test starts JAX: enough XLA CPU workers for warp-specialised interpreting
+# (in this process only; the workflow runs the tests start keep XLA's default).
+mgpu_interpret.start_host_backend()
 
 
 @pytest.fixture

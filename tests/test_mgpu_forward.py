@@ -10,6 +10,10 @@ backward (atol 2e-2). logsumexp is computed in f32 from f32 logits: 1e-3 as upst
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
+from casebook import paths
 from casebook.verify import compare
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention import block_plan, mgpu, mgpu_forward, oracle_f64
@@ -100,8 +105,40 @@ def test_two_compute_warpgroups_and_a_producer(rng, interpreter, kind, hq, hkv, 
                   config=mgpu_forward.TuningConfig(128, block_kv, 2, compute_wgs=2))
 
 
+WARP_SPECIALISED_IN_A_FRESH_PROCESS = """
+import os, sys
+import jax, numpy as np
+from kernels import mgpu_interpret
+from kernels.splash_attention import mgpu_forward
+from kernels.splash_attention.problems import inputs, mask_of, segments
+interpret, execution = mgpu_interpret.placement("check")
+rng = np.random.default_rng(int(sys.argv[1]))
+q, k, v = inputs(rng, 2, 2, 64, 64, "float16")
+jax.block_until_ready(mgpu_forward.splash_attention(
+    mask_of("numpy", 2, rng), q, k, v, segment_ids=segments(rng), return_lse=True,
+    config=mgpu_forward.TuningConfig(128, 128, 2, compute_wgs=2), interpret=interpret))
+print(execution["xla_cpu_pool_workers"], os.environ.get("PJRT_NPROC"))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_pipeline_process_interprets_three_warpgroups_without_starving(rng):
+    """As verify and time run it: a fresh process whose first JAX call is ``placement``.
+    On a 2-core host XLA's default pool (2 workers) hung this kernel (numpy mask, segment
+    ids, logsumexp) in 2 of 3 runs; the process gets >= 4 workers, its children do not."""
+    env = {k: v for k, v in os.environ.items() if k != mgpu_interpret.POOL_VARIABLE}
+    env["PYTHONPATH"] = os.pathsep.join([str(paths.SOURCE_ROOT / "workflow"),
+                                         str(paths.SOURCE_ROOT)])
+    found = subprocess.run(
+        [sys.executable, "-c", WARP_SPECIALISED_IN_A_FRESH_PROCESS,
+         str(rng.integers(2**32))], env=env, capture_output=True, text=True, timeout=240)
+    assert found.returncode == 0, found.stderr[-2000:]
+    workers, variable = found.stdout.split()
+    assert int(workers) >= mgpu_interpret.MIN_POOL_WORKERS and variable == "None"
+
+
 def test_too_few_host_workers_is_refused_not_hung(rng, monkeypatch):
-    monkeypatch.setenv(mgpu_interpret.POOL_VARIABLE, "2")
+    monkeypatch.setattr(mgpu_interpret, "_pool_workers", 2)
     mask = mask_of("causal", 1, rng)
     problem = mgpu_forward.Problem(1, 1, S, S, 64, 64, "float16")
     with pytest.raises(RuntimeError, match="needs 3 XLA CPU workers"):

@@ -67,7 +67,7 @@ class TuningConfig:
 
     Both forms are lowered for sm_90a and verified in the interpreter; the interpreter
     runs the three warpgroups of the two-warpgroup form on separate XLA CPU workers
-    (see ``mgpu_interpret.configure_host_pool``)."""
+    (see ``mgpu_interpret.start_host_backend``)."""
 
     block_q: int = 64
     block_kv: int = 64

@@ -11,11 +11,6 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from snakemake.utils import validate
 
-from kernels import mgpu_interpret
-
-# Before any job's JAX starts: enough XLA CPU workers for warp-specialised interpreting.
-mgpu_interpret.configure_host_pool()
-
 from casebook import config as case_config, hostcapture, paths, provenance
 from casebook.errors import CasebookError
 
