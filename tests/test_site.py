@@ -10,7 +10,7 @@ import pytest
 from casebook import conditions, methods, paths, site, status, tables
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence
-from casebook.measure import table
+from casebook.measure import stats, table
 
 CPU = {"model": "Test CPU", "usable_cores": 2}
 H200 = {"name": "NVIDIA H200"}
@@ -127,3 +127,10 @@ def test_a_corrupt_noise_floor_record_names_its_file(tmp_path, monkeypatch):
     record.write_text(json.dumps({"floor": 0.01}))
     with pytest.raises(CasebookError, match=r"results/cpu/noise_floor\.json: schema_version"):
         methods.noise_floor("cpu", [], site.publish)
+
+
+def test_a_small_speedup_keeps_its_significant_digits():
+    """An interpreter 250× slower than XLA reads 0.004×, never 0.00×."""
+    slow = stats.Comparison(speedup=0.00412, low=0.00398, high=0.00431, floor=0.05,
+                            verdict=stats.SLOWER)
+    assert conditions.comparison_text(slow).startswith("SLOWER: 0.00412× [0.00398, 0.00431]")

@@ -198,7 +198,7 @@ def comparisons(ev: Evidence) -> dict[tuple[str, str, str], stats.Comparison]:
 def comparison_text(c: stats.Comparison) -> str:
     """A speedup with its interval only when the interval clears the floor; else why not."""
     if c.printable:
-        return (f"{c.verdict}: {c.speedup:.2f}× [{c.low:.2f}, {c.high:.2f}] (bootstrap "
+        return (f"{c.verdict}: {c.speedup:.3g}× [{c.low:.3g}, {c.high:.3g}] (bootstrap "
                 f"interval of the ratio of medians, clear of the ±{c.floor:.1%} floor)")
     if c.floor is None:
         return f"{c.verdict} (no noise floor recorded for this host: no speedup printed)"
