@@ -176,11 +176,9 @@ def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret
             if seg:
                 plgpu.copy_gmem_to_smem(kv_seg_ref.at[cols], kv_seg_smem.at[slot], barrier)
             if has_tiles:
-                @pl.when(kind_ref[plan_head, q_block, t] == PARTIAL)
-                def _():
-                    plgpu.copy_gmem_to_smem(
-                        tiles_ref.at[mask_block_ref[plan_head, q_block, t]],
-                        tile_smem.at[slot], tile_barriers.at[slot])
+                mgpu_mask.load_tile(kind_ref[plan_head, q_block, t] == PARTIAL, tiles_ref,
+                                    mask_block_ref[plan_head, q_block, t],
+                                    tile_smem, tile_barriers, slot)
 
         for t in range(stages):
             pl.when(t < count)(functools.partial(issue, t, t))
@@ -271,11 +269,9 @@ def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret:
             if seg:
                 plgpu.copy_gmem_to_smem(q_seg_ref.at[cols], q_seg_smem.at[slot], barrier)
             if has_tiles:
-                @pl.when(kind_ref[p_head, kv_block, u] == PARTIAL)
-                def _():
-                    plgpu.copy_gmem_to_smem(
-                        tiles_ref.at[mask_block_ref[p_head, kv_block, u]],
-                        tile_smem.at[slot], tile_barriers.at[slot])
+                mgpu_mask.load_tile(kind_ref[p_head, kv_block, u] == PARTIAL, tiles_ref,
+                                    mask_block_ref[p_head, kv_block, u],
+                                    tile_smem, tile_barriers, slot)
 
         for u in range(stages):
             pl.when(u < count)(functools.partial(issue, u, u))

@@ -218,11 +218,9 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
                 plgpu.copy_gmem_to_smem(kv_seg_ref.at[pl.ds(kv_start, bkv)],
                                         kv_seg_smem.at[slot], barrier)
             if has_tiles:
-                @pl.when(kind_ref[plan_head, q_block, t] == PARTIAL)
-                def _():
-                    plgpu.copy_gmem_to_smem(
-                        tiles_ref.at[mask_block_ref[plan_head, q_block, t]],
-                        tile_smem.at[slot], tile_barriers.at[slot])
+                mgpu_mask.load_tile(kind_ref[plan_head, q_block, t] == PARTIAL, tiles_ref,
+                                    mask_block_ref[plan_head, q_block, t],
+                                    tile_smem, tile_barriers, slot)
 
         def prologue():
             for t in range(stages):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 
@@ -22,6 +23,15 @@ def soft_cap(s, cap: float | None):
         return s, None
     t = jnp.tanh(s / cap)
     return cap * t, 1.0 - t * t
+
+
+def load_tile(is_partial, tiles_ref, block, tile_smem, barriers, slot) -> None:
+    """TMA-copy MaskInfo's partial tile ``block`` into ring ``slot`` when the block is
+    partial (only then does ``partial_block`` wait on ``barriers.at[slot]``)."""
+
+    @pl.when(is_partial)
+    def _():
+        plgpu.copy_gmem_to_smem(tiles_ref.at[block], tile_smem.at[slot], barriers.at[slot])
 
 
 def partial_block(s, is_partial, mask_function, tile: Callable[[], object],
