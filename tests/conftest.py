@@ -20,3 +20,12 @@ def rng() -> np.random.Generator:
     seed = secrets.randbits(63)
     print(f"seed={seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def interpreter():
+    """The Mosaic GPU interpreter with race detection, reset before and after (a failed
+    kernel leaves its state behind)."""
+    mgpu_interpret.reset_interpreter()
+    yield mgpu_interpret.interpret_params(race_detection=True)
+    mgpu_interpret.reset_interpreter()

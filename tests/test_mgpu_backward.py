@@ -50,13 +50,6 @@ FWD = mgpu_forward.TuningConfig(64, 64, 2)
 BWD = mgpu_backward.BackwardConfig(64, 64, 2)
 
 
-@pytest.fixture
-def interpreter():
-    mgpu_interpret.reset_interpreter()
-    yield mgpu_interpret.interpret_params(race_detection=True)
-    mgpu_interpret.reset_interpreter()
-
-
 def cotangent(rng, q, dv):
     """dO with dO·Vᵀ at unit scale, as q's 1/sqrt(D) gives Q·Kᵀ (see problems.inputs)."""
     return (rng.standard_normal((q.shape[0], q.shape[1], dv)) / np.sqrt(dv)).astype(q.dtype)

@@ -41,14 +41,6 @@ TOL = {"float16": 3e-3, "bfloat16": 2e-2}
 LSE_TOL = 1e-3
 
 
-@pytest.fixture
-def interpreter():
-    """The Mosaic GPU interpreter with race detection, reset after any failure."""
-    mgpu_interpret.reset_interpreter()
-    yield mgpu_interpret.interpret_params(race_detection=True)
-    mgpu_interpret.reset_interpreter()
-
-
 def run_and_check(interp, mask, q, k, v, *, seg=None, cap=None, lse=False, config=None):
     config = config or mgpu_forward.TuningConfig(64, 64, 2)
     got = mgpu_forward.splash_attention(

@@ -32,13 +32,6 @@ from kernels.moe_nvfp4 import (
 POISON = 0xFF  # the interpreter's uninitialised uint8
 
 
-@pytest.fixture
-def interpreter():
-    mgpu_interpret.reset_interpreter()
-    yield mgpu_interpret.interpret_params(race_detection=True)
-    mgpu_interpret.reset_interpreter()
-
-
 def moe_problem(rng, e, m, n, k):
     """Hidden states, NVFP4 weights, global scales, masked_m: one random MoE layer."""
     hidden = problems.activations(rng, e, m, k)

@@ -24,13 +24,6 @@ CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3
 IDS = [f"m{c.block_m}n{c.block_n}s{c.stages}p{c.persistent_ctas}" for c in CONFIGS]
 
 
-@pytest.fixture
-def interpreter():
-    mgpu_interpret.reset_interpreter()
-    yield mgpu_interpret.interpret_params(race_detection=True)
-    mgpu_interpret.reset_interpreter()
-
-
 def run(interp, problem, config, a, b, alpha, masked):
     b_t, sb_t = layouts.k_pair_major(b[0], b[1])
     out = mgpu_gemm.make(problem, config, interpret=interp)(a[0], a[1], b_t, sb_t, alpha, masked)

@@ -14,13 +14,6 @@ from kernels.moe_nvfp4 import checks, mgpu_quantize, moe_f64, nvfp4, problems
 POISON = 0xFF  # the interpreter's uninitialised uint8
 
 
-@pytest.fixture
-def interpreter():
-    mgpu_interpret.reset_interpreter()
-    yield mgpu_interpret.interpret_params(race_detection=True)
-    mgpu_interpret.reset_interpreter()
-
-
 def test_tie_aware_check_rejects_a_wrong_code_and_a_wrong_scale(rng):
     x = problems.activations(rng, 1, 4, 64)
     gs = problems.global_scale(x)
