@@ -28,7 +28,8 @@ def run(runnable, inputs):
 def test_port_matches_example_69_bit_for_bit(point):
     grouped = problem.from_params(point["params"])
     inputs = numerics.make_inputs(grouped, np.random.default_rng())
-    port = run(device.port_runnable(grouped, sms=device.sm90_device()[1]), inputs)
+    port = run(device.port_runnable(grouped, sms=device.sm90_device()[1],
+                                    build_dir=paths.build_dir(case.CASE)), inputs)
     ex69 = run(device.reference_runnable(grouped, paths.build_dir(case.CASE)), inputs)
     assert np.array_equal(port, ex69)
     # The library (the timed route) computes what the executable on files computes.

@@ -66,14 +66,14 @@ def test_mma_fragments_cover_the_cta_tile_exactly_once():
 def test_the_port_rejects_what_it_cannot_tile(changes, message):
     fields = {"m": (16,), "n": 256, "k": 512, "chunk": 128, "mode": "scale_only", **changes}
     with pytest.raises(ProblemError, match=message):
-        port.check(GroupedProblem(**fields))
+        schedule.check(GroupedProblem(**fields))
 
 
 @pytest.mark.parametrize("mode", ["convert_only", "scale_only"])
 def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     facts = compile_port.build(mode, str(tmp_path))
     assert facts["cubin"].endswith(".sm_90a.cubin")
-    assert 0 < facts["dynamic_smem_bytes"] <= port.SMEM_LIMIT_BYTES
+    assert 0 < facts["dynamic_smem_bytes"] <= schedule.SMEM_LIMIT_BYTES
     assert facts["threads"] == port.THREADS
     assert 0 < facts["registers_per_thread"] <= 255 and facts["local_bytes"] == 0
     # wgmma m64n16k16, bf16 inputs, fp32 accumulate: the mixed-input RS form (A registers).

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.grouped_gemm_fp8_bf16 import port, reference
+from kernels.grouped_gemm_fp8_bf16 import reference, schedule
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -31,7 +31,7 @@ def test_example_69_compiles_for_sm90a_with_its_resources(built):
     assert "arch=compute_90a,code=sm_90a" in facts["flags"]
     for mode in ("convert_only", "scale_only"):
         kernel = facts["kernels"][mode]
-        assert 0 < kernel["dynamic_smem_bytes"] <= port.SMEM_LIMIT_BYTES
+        assert 0 < kernel["dynamic_smem_bytes"] <= schedule.SMEM_LIMIT_BYTES
         assert kernel["threads"] == 384 and kernel["stages"] > 1
         assert 0 < kernel["registers_per_thread"] <= 255 and kernel["local_bytes"] == 0
         assert set(kernel["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}

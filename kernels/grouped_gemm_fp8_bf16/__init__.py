@@ -67,7 +67,7 @@ def _on_gpu(name: str, grouped: problem.GroupedProblem, purpose: str) -> Runnabl
     if found is None:
         raise NotRunnable(NO_GPU)
     if name == "cute_dsl":
-        return device.port_runnable(grouped, sms=found[1])
+        return device.port_runnable(grouped, sms=found[1], build_dir=paths.build_dir(CASE))
     if name == "cutlass_ex69":
         make = device.reference_runnable if purpose == "check" else \
             device.reference_library_runnable

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.grouped_gemm_fp8_bf16 import compile_port, port, reference, schedule
+from kernels.grouped_gemm_fp8_bf16 import compile_port, reference, schedule
 from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem
 
 CUDA_TARGET = "cuda sm_90a"
@@ -19,11 +19,11 @@ CUDA_TARGET = "cuda sm_90a"
 
 def _artifact(kind: str, seconds: float, facts: dict[str, Any]) -> dict[str, Any]:
     smem = facts.get("dynamic_smem_bytes")
-    if smem is not None and smem > port.SMEM_LIMIT_BYTES:
+    if smem is not None and smem > schedule.SMEM_LIMIT_BYTES:
         raise ValueError(f"{smem} bytes of dynamic shared memory exceed the "
-                         f"{port.SMEM_LIMIT_BYTES}-byte limit")
+                         f"{schedule.SMEM_LIMIT_BYTES}-byte limit")
     return {"target": CUDA_TARGET, "kind": kind, "seconds": seconds,
-            "facts": {**facts, "smem_limit_bytes": port.SMEM_LIMIT_BYTES}}
+            "facts": {**facts, "smem_limit_bytes": schedule.SMEM_LIMIT_BYTES}}
 
 
 def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, Any]:
@@ -32,10 +32,12 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         return {"artifacts": [{"target": "host", "kind": "numpy model (nothing to compile)",
                                "seconds": 0.0, "facts": {"tiles": tiles}}]}
     if variant == "cute_dsl":
-        port.check(problem)
+        schedule.check(problem)
         facts = compile_port.build(problem.mode, build_dir)
         return {"artifacts": [_artifact(
-            "CuTe DSL kernel compiled ahead of time (fake tensors, --keep-cubin), not run",
+            "CuTe DSL kernel compiled ahead of time (fake tensors, --keep-cubin) and exported "
+            "with its host launcher as a shared library"
+            + (" (carried: compiled where CuTe DSL is installed)" if facts["carried"] else ""),
             facts["compile_seconds"], {**facts, "tiles": tiles})]}
     built = reference.build(build_dir)
     if not built["built"]:

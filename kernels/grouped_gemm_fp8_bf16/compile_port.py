@@ -1,16 +1,25 @@
-"""Compile the port ahead of time for sm_90a, without a GPU: fake tensors, --keep-cubin.
+"""Compile the port ahead of time for sm_90a, without a GPU: fake tensors, --keep-cubin,
+and export it with its host launcher as a self-contained shared library (``aot``).
 
 ``build`` runs ``python -m kernels.grouped_gemm_fp8_bf16.compile_port MODE OUT_DIR`` in its
 own process: CuTe DSL reads its environment (architecture, dump and cache folders) at
 import, and a GPU intrinsic reached on the host aborts the whole process. The child
-writes OUT_DIR/port.json: compile seconds, the cubin's path and the dynamic shared memory
+writes OUT_DIR/port.json: compile seconds, the cubin's path, the dynamic shared memory
 (the size of the kernel's shared-storage struct; cuobjdump sees only static shared
-memory); the parent adds what cuobjdump reads from the cubin.
+memory), the exported library and its launch ABI, and the hash of the sources compiled;
+the parent adds what cuobjdump reads from the cubin.
+
+Where CuTe DSL is not installed (an offline GPU host, given only what it must run), the
+build is the export made elsewhere and carried in ``OUT_DIR``, taken only when it was
+compiled from these very sources.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,12 +27,25 @@ import sys
 import time
 from pathlib import Path
 
-from kernels.grouped_gemm_fp8_bf16 import toolkit
+from kernels.grouped_gemm_fp8_bf16 import aot, toolkit
 from kernels.grouped_gemm_fp8_bf16.problem import ALIGNMENT
 
 KERNEL_NAME = "GroupedMixedGemm"  # in the kernel's generated (mangled) name
 TIMEOUT_S = 600
+HERE = Path(__file__).resolve().parent
+# What the exported library is made from: a carried export is used only for these.
+SOURCES = ("port.py", "schedule.py", "problem.py", "compile_port.py", "aot.py")
 
+
+def sources_sha256() -> str:
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def dsl_installed() -> bool:
+    return importlib.util.find_spec("cutlass") is not None
 
 
 def compile_port(mode: str, out_dir: Path) -> dict:
@@ -58,29 +80,56 @@ def compile_port(mode: str, out_dir: Path) -> dict:
     cubins = sorted(out_dir.glob("*.cubin"), key=lambda p: p.stat().st_mtime)
     if not cubins:
         raise RuntimeError(f"cute.compile kept no cubin in {out_dir}")
+    compiled.export_to_c(str(out_dir), "port", f"casebook_port_{mode}")
+    from cutlass.cute.export import aot_config
+
+    library = aot.link(out_dir / "port.o", out_dir / "libport.so",
+                       Path(aot_config.get_libdir()) / "libcuda_dialect_runtime_static.a",
+                       toolkit.CUDA_ROOT / "lib" / "libcudart_static.a")
     facts = {"mode": mode, "compile_seconds": seconds, "cubin": str(cubins[-1]),
              "dynamic_smem_bytes": int(gemm.storage.size_in_bytes()),
              "threads": port.THREADS, "stages": gemm.stages,
-             "tile_nmk": list(gemm.tile), "compiled": type(compiled).__name__}
+             "tile_nmk": list(gemm.tile), "compiled": type(compiled).__name__,
+             "compiled_with": f"nvidia-cutlass-dsl "
+                              f"{importlib.metadata.version('nvidia-cutlass-dsl')}",
+             "sources_sha256": sources_sha256(), "library": str(library),
+             "library_bytes": library.stat().st_size,
+             "abi": aot.read_abi(out_dir / "port.h")}
     (out_dir / "port.json").write_text(json.dumps(facts, indent=1))
     return facts
 
 
+def _carried(out_dir: Path) -> dict:
+    """The export carried into ``out_dir``, if it was compiled from these sources."""
+    made = out_dir / "port.json"
+    facts = json.loads(made.read_text()) if made.exists() else {}
+    if facts.get("sources_sha256") != sources_sha256() or not Path(facts["library"]).exists():
+        raise RuntimeError(f"CuTe DSL is not installed here and {out_dir} holds no export of "
+                           "these port sources: compile on a host with the DSL and carry "
+                           f"{out_dir.parent.parent}/ here")
+    return {**facts, "carried": True}
+
+
 @functools.cache
 def build(mode: str, build_dir: str) -> dict:
-    """Compile the port for ``mode`` in a child process; its facts and the cubin's."""
+    """Compile and export the port for ``mode`` in a child process (or take the carried
+    export where CuTe DSL is not installed); its facts and the cubin's."""
     out_dir = Path(build_dir) / "cute_dsl" / mode
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("*.cubin"):
-        stale.unlink()
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_DUMP_DIR": str(out_dir),
-           "CUTE_DSL_CACHE_DIR": str(out_dir / "cache"), "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-m", __name__, mode, str(out_dir)], env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    if done.returncode:
-        raise RuntimeError(f"CuTe DSL compile for {mode} exited {done.returncode}: "
-                           f"{(done.stdout + done.stderr).strip()[-3000:]}")
-    facts = json.loads((out_dir / "port.json").read_text())
+    if dsl_installed():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in [*out_dir.glob("*.cubin"), out_dir / "port.json"]:
+            stale.unlink(missing_ok=True)
+        env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_DUMP_DIR": str(out_dir),
+               "CUTE_DSL_CACHE_DIR": str(out_dir / "cache"),
+               "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run([sys.executable, "-m", __name__, mode, str(out_dir)], env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        if done.returncode:
+            raise RuntimeError(f"CuTe DSL compile for {mode} exited {done.returncode}: "
+                               f"{(done.stdout + done.stderr).strip()[-3000:]}")
+        facts = {**json.loads((out_dir / "port.json").read_text()), "carried": False}
+    else:
+        facts = _carried(out_dir)
     cubin = Path(facts["cubin"])
     (kernel,) = toolkit.kernel_resources(cubin, KERNEL_NAME)
     return {**facts, **kernel, "sass_mma": toolkit.mma_instructions(cubin, KERNEL_NAME)}

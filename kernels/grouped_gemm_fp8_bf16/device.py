@@ -3,7 +3,7 @@
 NOT YET RUN ON HARDWARE: no sm_90 GPU was available when this was written, so these
 paths are exercised only up to ``sm90_device`` (which finds none on a CPU host). The
 inputs go to the device as JAX arrays (jax[cuda13] is in the CUDA lock) and reach the
-port through DLPack, and to the reference's libex69.so as raw device pointers; D is
+exported port and the reference's libex69.so as raw device pointers; D is
 written in place into a zeroed JAX buffer that nothing else reads. The reference is
 checked through its executable on input files (the route the bit-exact comparison
 takes) and timed through the library, launched on the default stream like the port.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.grouped_gemm_fp8_bf16 import port, reference, schedule
+from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, reference, schedule
 from kernels.grouped_gemm_fp8_bf16.problem import MODES, GroupedProblem
 from kernels.runnable import Runnable
 
@@ -53,38 +53,52 @@ def sm90_device() -> tuple[str, int] | None:
     return name.split(b"\0")[0].decode(), sms
 
 
-def port_runnable(problem: GroupedProblem, sms: int) -> Runnable:
-    """The CuTe DSL port, compiled for the actual tensors, launched on a persistent grid
-    of min(tiles, SMs) CTAs."""
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a compact row-major array of ``shape``."""
+    return tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+
+
+def port_runnable(problem: GroupedProblem, sms: int, build_dir: str) -> Runnable:
+    """The port as exported ahead of time (``compile_port``, ``aot``): one compile serves
+    every problem of a mode; a persistent grid of min(tiles, SMs) CTAs. Needs no CuTe DSL
+    here: the library was linked with the DSL's and CUDA's static runtimes."""
     import cuda.bindings.driver as cuda
-    import cutlass
-    import cutlass.cute as cute
     import jax
     import jax.numpy as jnp
-    from cutlass.cute.runtime import from_dlpack
+    from cuda.bindings import runtime as cudart
 
-    gemm = port.GroupedMixedGemm(scale_only=problem.mode == "scale_only")
-    offsets = (problem.row_offsets.astype(np.int32), schedule.tile_offsets(problem.m, problem.n))
-    scalars = (cutlass.Float32(problem.alpha), cutlass.Float32(problem.beta),
-               cutlass.Int32(problem.chunk), cutlass.Int32(max(1, min(int(offsets[1][-1]), sms))))
+    facts = compile_port.build(problem.mode, build_dir)
+    error, devices = cudart.cudaGetDeviceCount()
+    if error != cudart.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"cudaGetDeviceCount: {error}")
+    launcher = aot.Launcher(facts["library"], facts["abi"], devices)
+    offsets = {"row_offsets": problem.row_offsets.astype(np.int32),
+               "tile_offsets": schedule.tile_offsets(problem.m, problem.n)}
+    scalars = {"alpha": problem.alpha, "beta": problem.beta, "chunk": problem.chunk,
+               "grid_ctas": max(1, min(int(offsets["tile_offsets"][-1]), sms)),
+               "stream": 0}  # the legacy default stream, synchronised below
     stream = cuda.CUstream(0)
-    compiled = {}
 
     def prepare(inputs):
-        arrays = [jax.device_put(inputs[name]) for name in ("b", "a", "scale", "c")]
-        out = jnp.zeros(inputs["c"].shape, jnp.float16)  # D, written in place
+        arrays = {name: jax.device_put(inputs[name]) for name in ("b", "a", "scale", "c")}
+        arrays["d"] = jnp.zeros(inputs["c"].shape, jnp.float16)  # D, written in place
+        arrays.update({name: jax.device_put(x) for name, x in offsets.items()})
         # JAX copies on its own streams: wait, so the kernel's stream sees the data.
-        arrays = jax.block_until_ready([*arrays, out, *map(jax.device_put, offsets)])
-        tensors = [from_dlpack(x, assumed_align=16) for x in arrays]
-        if not compiled:
-            compiled["kernel"] = cute.compile(gemm, *tensors, *scalars, stream)
-        return (tensors, arrays[4])
+        arrays = jax.block_until_ready(arrays)
+        values = launcher.arguments([
+            aot.tensor_value(arg, arrays[arg["name"]].unsafe_buffer_pointer(),
+                             arrays[arg["name"]].shape,
+                             row_major_strides(arrays[arg["name"]].shape))
+            if arg["kind"] == "tensor" else scalars[arg["name"]]
+            for arg in launcher.abi["arguments"]])
+        return (values, arrays)
 
-    def call(tensors, out):
-        compiled["kernel"](*tensors, *scalars, stream)
-        return out
+    def call(values, arrays):
+        launcher(values)
+        return arrays["d"]
 
-    return _on_stream(prepare, call, stream, "CuTe DSL kernel on the GPU (sm_90a)")
+    return _on_stream(prepare, call, stream, "CuTe DSL kernel on the GPU (sm_90a), exported "
+                                             "ahead of time and launched through its library")
 
 
 def _on_stream(prepare, call, stream, mode: str) -> Runnable:

@@ -19,7 +19,7 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 - Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination, rounded
   to f16, predicated stores to global.
 
-Constraints checked by ``check``: K a multiple of 64, c a multiple of 64 (one scale per
+Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
 on hardware, so not measured): fp8 is copied from shared memory to registers element by
 element, scales are read from global memory (L1/L2) rather than staged by TMA, and the
@@ -27,6 +27,7 @@ epilogue stores from registers instead of through shared memory with TMA.
 """
 
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -35,10 +36,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from kernels.grouped_gemm_fp8_bf16 import schedule
-from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
 
 TILE = (schedule.TILE_N, schedule.TILE_M, schedule.TILE_K)
-SMEM_LIMIT_BYTES = 232_448  # sm_90 dynamic shared memory per block (227 KiB)
 STAGES = 8  # depth of the TMA ring: 8 × 10 KiB, well inside the limit (see smem_bytes)
 THREADS = 384  # one producer warpgroup (one warp issues TMA) + two consumer warpgroups
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg split, as CUTLASS's sm90
@@ -54,16 +53,6 @@ def locate_tile(tile, offsets, groups, n_tiles):
     local = tile - offsets[group]
     return group, local % n_tiles, local // n_tiles
 
-
-
-def check(problem: GroupedProblem) -> None:
-    """Raise ProblemError naming the field when the port cannot run ``problem``."""
-    if problem.k % schedule.TILE_K:
-        raise ProblemError(f"k={problem.k} must be a multiple of {schedule.TILE_K} for the "
-                           "port (its K tile)")
-    if problem.chunk % schedule.TILE_K:
-        raise ProblemError(f"chunk={problem.chunk} must be a multiple of {schedule.TILE_K} "
-                           "for the port (one scale per row of a K tile)")
 
 
 class GroupedMixedGemm:
@@ -111,7 +100,7 @@ class GroupedMixedGemm:
     def __call__(self, b: cute.Tensor, a: cute.Tensor, scale: cute.Tensor, c: cute.Tensor,
                  d: cute.Tensor, row_offsets: cute.Tensor, tile_offsets: cute.Tensor,
                  alpha: cutlass.Float32, beta: cutlass.Float32, chunk: cutlass.Int32,
-                 grid_ctas: cutlass.Int32, stream):
+                 grid_ctas: cutlass.Int32, stream: cuda.CUstream):
         """Tensors as numerics.make_inputs lays them out: b (G, N, K) fp8; a (sum M, K)
         bf16; scale (G, ceil(K/c), N) bf16; c and d (sum M, N) f16; offsets (G + 1,)
         int32. Viewed here in the kernel's swapped coordinates."""

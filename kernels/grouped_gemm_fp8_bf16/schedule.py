@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
+
+SMEM_LIMIT_BYTES = 232_448  # sm_90 dynamic shared memory per block (227 KiB)
 # The CTA tile of example 69 in its swapped coordinates: 128 rows of N (two consumer
 # warpgroups of 64), 16 rows of M, 64 of K (1024 bits / 16-bit MMA type).
 TILE_N, TILE_M, TILE_K = 128, 16, 64
@@ -47,3 +50,13 @@ def table(m: tuple[int, ...], n: int) -> np.ndarray:
     return np.array([locate(t, offsets, len(m), n_tiles) for t in range(int(offsets[-1]))],
                     dtype=np.int32).reshape(-1, 3)
 
+
+
+def check(problem: GroupedProblem) -> None:
+    """Raise ProblemError naming the field when the port cannot tile ``problem``."""
+    if problem.k % TILE_K:
+        raise ProblemError(f"k={problem.k} must be a multiple of {TILE_K} for the port "
+                           "(its K tile)")
+    if problem.chunk % TILE_K:
+        raise ProblemError(f"chunk={problem.chunk} must be a multiple of {TILE_K} for the "
+                           "port (one scale per row of a K tile)")

@@ -6,6 +6,8 @@ one results folder per machine::
     results/<target>/env.json                                  environment as found
     results/<target>/host.json                                 hardware as found
     results/<target>/noise_floor.json                          the host's A/A noise floor
+    results/<target>/gpu_window.json                           a GPU window's steps
+    results/<target>/logs/...                                  ... and its logs (imported)
     results/<target>/<case>/build/<variant>.json               what was built
     results/<target>/<case>/verify/<variant>/<point>.json      oracle check
     results/<target>/<case>/time/<variant>/<point>.json        measurement
@@ -82,6 +84,11 @@ def noise_floor_record(target: str) -> str:
     return f"{RESULTS}/{target}/noise_floor.json"
 
 
+def gpu_window_record(target: str) -> str:
+    """What the last GPU window on ``target`` ran, step by step (benchmarks/gpu_run.sh)."""
+    return f"{RESULTS}/{target}/gpu_window.json"
+
+
 def build_record(target: str, case: str, variant: str) -> str:
     return f"{RESULTS}/{target}/{case}/build/{variant}.json"
 
@@ -96,6 +103,20 @@ def time_record(target: str, case: str, variant: str, point: str) -> str:
 
 def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/baseline/{baseline}/{point}.json"
+
+
+def case_records(spec: dict, target: str) -> list[str]:
+    """Every record ``target`` produces for the case of config ``spec``: the noise floor,
+    then its builds, verifications, times and baselines."""
+    case = spec["name"]
+    out = [noise_floor_record(target)]
+    out += [build_record(target, case, v["name"]) for v in spec["variants"]]
+    for p in spec["points"]:
+        for v in spec["variants"]:
+            out += [verify_record(target, case, v["name"], p["name"]),
+                    time_record(target, case, v["name"], p["name"])]
+        out += [baseline_record(target, case, b["name"], p["name"]) for b in spec["baselines"]]
+    return out
 
 
 def tile_choice_record(target: str, case: str, variant: str, point: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,13 +23,21 @@ def _git(*args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+# A copy of the tree without git (e.g. one carried to an offline GPU host) names its
+# commit here; a git checkout ignores it.
+COMMIT_VARIABLE = "CASEBOOK_COMMIT"
+
+
 @functools.cache
 def commit() -> str:
-    """The project commit, with ``-dirty`` when tracked files differ from it."""
+    """The project commit, with ``-dirty`` when tracked files other than records under
+    results/ differ from it (a run rewriting committed records stays clean)."""
     head = _git("rev-parse", "HEAD")
     if head is None:
-        return "unknown (not a git checkout)"
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+        given = os.environ.get(COMMIT_VARIABLE, "").strip()
+        return given or "unknown (not a git checkout)"
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 f":!{paths.RESULTS}")
     return f"{head}-dirty" if dirty else head
 
 
@@ -56,3 +65,8 @@ def kernel_sources(case: str) -> list[Path]:
 def case_sources_sha256(case: str, case_path: Path) -> str:
     """The hash a case's records carry: its kernel sources and its config."""
     return files_sha256([*kernel_sources(case), case_path])
+
+
+def known_commit(sha: str) -> bool:
+    """Whether ``sha`` (40 hex digits) is a commit of this repository."""
+    return len(sha) == 40 and _git("cat-file", "-e", f"{sha}^{{commit}}") is not None

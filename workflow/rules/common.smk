@@ -93,17 +93,7 @@ def measure_threads(wildcards):
 
 def case_records(case, target):
     """Every record ``target`` produces for ``case``."""
-    spec, t = CASES[case], target
-    out = [paths.noise_floor_record(t)]
-    out += [paths.build_record(t, case, v["name"]) for v in spec["variants"]]
-    for p in spec["points"]:
-        for v in spec["variants"]:
-            out += [
-                paths.verify_record(t, case, v["name"], p["name"]),
-                paths.time_record(t, case, v["name"], p["name"]),
-            ]
-        out += [paths.baseline_record(t, case, b["name"], p["name"]) for b in spec["baselines"]]
-    return out
+    return paths.case_records(CASES[case], target)
 
 
 def case_manifests(case):

@@ -1,0 +1,196 @@
+"""The GPU window: its plan and budgets, steps stopped at their budgets, the archive it
+packs, and the import that checks every record before results/<target>/ is replaced."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from casebook import archive, envcapture, gpu_window, hostcapture, paths, records
+from casebook.errors import CasebookError
+
+HEAD = subprocess.run(["git", "-C", str(paths.SOURCE_ROOT), "rev-parse", "HEAD"],
+                      capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_plan_fits_one_device_command_and_the_dry_run_prints_it():
+    window = gpu_window.load()
+    assert window["total_s"] <= 540
+    assert sum(s["budget_s"] for s in window["steps"]) + window["pack_s"] <= window["total_s"]
+    done = subprocess.run(["bash", str(paths.SOURCE_ROOT / "benchmarks" / "gpu_run.sh"),
+                           "--dry-run", "--target", "h200"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "at most 530 s in all" in done.stdout
+    for step in window["steps"]:
+        assert step["what"] in done.stdout
+    assert "results/h200/grouped_gemm_fp8_bf16/verify/" not in done.stdout  # abbreviated
+    assert "tests/test_grouped_gemm_gpu.py" in done.stdout
+
+
+def test_budgets_over_the_window_are_refused(tmp_path):
+    window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
+    window["steps"][0]["budget_s"] = window["total_s"]
+    path = tmp_path / "gpu-window.yaml"
+    path.write_text(yaml.safe_dump(window))
+    with pytest.raises(CasebookError, match=f"{path}: steps: budgets and pack_s add up"):
+        gpu_window.load(path)
+
+
+def test_a_cpu_host_is_refused_a_gpu_target(capsys):
+    assert gpu_window.main(["--target", "h200", "--out", "x"]) == 1
+    assert "this host is cpu" in capsys.readouterr().err
+
+
+def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_target_records(tmp_path, "h200")
+    window = copy.deepcopy(gpu_window.load())
+    window["steps"] = [
+        {"name": "records", "budget_s": 30, "what": "quick"},
+        {"name": "case", "case": "splash_attention", "budget_s": 1.5, "what": "hangs"},
+        {"name": "autotune", "budget_s": 30, "what": "fails"},
+    ]
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [
+        [sys.executable, "-c", "print('ok')"], sleep, [sys.executable, "-c", "exit(3)"]])
+    start = time.monotonic()
+    done = gpu_window.run(window, "h200", tmp_path / "out")
+    assert time.monotonic() - start < 20
+    assert [s["status"] for s in done["steps"]] == ["done", "stopped at its budget", "failed"]
+    assert done["steps"][2]["exit_code"] == 3
+    record = records.read(paths.gpu_window_record("h200"), "gpu_window")
+    assert record["steps"] == done["steps"]
+    assert Path(paths.log("gpu_window", "00_records_")).read_text() == "ok\n"
+    with tarfile.open(done["archive"]["file"]) as tar:
+        names = tar.getnames()
+    assert "results/h200/gpu_window.json" in names
+    assert "results/h200/logs/gpu_window/00_records_.log" in names
+
+
+def write_target_records(root: Path, target: str, commit: str = HEAD) -> None:
+    """env, host and a noise floor of ``target`` under ``root/results``, naming ``commit``."""
+    bodies = {
+        "env": {"target": target, **envcapture.capture("cuda")},
+        "host": {"target": target, **hostcapture.capture(), "device_class": target},
+    }
+    for kind, body in bodies.items():
+        path = root / getattr(paths, f"{kind}_record")(target)
+        records.write(path, kind, body)
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "commit": commit}))
+    samples = root / paths.target_dir(target) / "case" / "time" / "v" / "p.samples.csv"
+    samples.parent.mkdir(parents=True)
+    samples.write_text("sample,seconds\n0,1e-3\n")
+
+
+def make_archive(tmp_path: Path, target: str = "h200", commit: str = HEAD) -> Path:
+    source = tmp_path / "source"
+    write_target_records(source, target, commit)
+    out = tmp_path / "out"
+    out.mkdir()
+    name = out / "records.tar.xz"
+    with tarfile.open(name, "w:xz") as tar:
+        tar.add(source / "results", arcname="results")
+    return name
+
+
+def test_an_archive_imports_into_results_replacing_the_target(tmp_path):
+    root = tmp_path / "repo"
+    stale = root / "results" / "h200" / "stale.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    done = archive.import_archive(make_archive(tmp_path), root)
+    assert done == {"target": "h200", "commit": HEAD, "files": 3}
+    assert not stale.exists()
+    records.read(root / paths.host_record("h200"), "host")
+    assert [p.name for p in (root / "results").iterdir()] == ["h200"]  # no staging left
+
+
+def rewrite(name: Path, edit) -> None:
+    """Apply ``edit(members: dict[name, bytes])`` to the archive ``name``."""
+    with tarfile.open(name) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    edit(members)
+    with tarfile.open(name, "w:xz") as tar:
+        for member, data in members.items():
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_an_off_schema_record_is_refused_naming_it(tmp_path):
+    name = make_archive(tmp_path)
+
+    def drop_gpus(members):
+        host = json.loads(members["results/h200/host.json"])
+        del host["gpus"]
+        members["results/h200/host.json"] = json.dumps(host).encode()
+
+    rewrite(name, drop_gpus)
+    with pytest.raises(CasebookError, match=r"results/h200/host\.json: gpus"):
+        archive.import_archive(name, tmp_path / "repo")
+    assert not (tmp_path / "repo" / "results" / "h200").exists()
+
+
+@pytest.mark.parametrize("commit, message", [
+    ("0" * 40, "not a clean commit of this repository"),
+    (HEAD + "-dirty", "not a clean commit of this repository"),
+    ("unknown (not a git checkout)", "not a clean commit of this repository"),
+])
+def test_records_of_an_unknown_or_dirty_commit_are_refused(tmp_path, commit, message):
+    with pytest.raises(CasebookError, match=message):
+        archive.import_archive(make_archive(tmp_path, commit=commit), tmp_path / "repo")
+
+
+def test_records_naming_two_commits_are_refused(tmp_path):
+    name = make_archive(tmp_path)
+
+    def other_commit(members):
+        env = json.loads(members["results/h200/env.json"])
+        members["results/h200/env.json"] = json.dumps({**env, "commit": "1" * 40}).encode()
+
+    rewrite(name, other_commit)
+    with pytest.raises(CasebookError, match="names commit"):
+        archive.import_archive(name, tmp_path / "repo")
+
+
+@pytest.mark.parametrize("member, message", [
+    ("../evil.json", "not a path under results/<target>/"),
+    ("results/h200/run.sh", "not a record, sample table or tile table"),
+    ("results/cpu/env.json", "holds targets"),
+])
+def test_members_outside_one_gpu_target_are_refused(tmp_path, member, message):
+    name = make_archive(tmp_path)
+    rewrite(name, lambda members: members.update({member: b"{}"}))
+    with pytest.raises(CasebookError, match=re.escape(message)):
+        archive.import_archive(name, tmp_path / "repo")
+
+
+def test_a_cpu_archive_is_refused(tmp_path):
+    with pytest.raises(CasebookError, match="not a GPU target"):
+        archive.import_archive(make_archive(tmp_path, target="cpu"), tmp_path / "repo")
+
+
+def test_pack_leaves_samples_out_only_when_they_do_not_fit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_target_records(tmp_path, "h200")
+    big = tmp_path / paths.target_dir("h200") / "case" / "time" / "v" / "q.samples.csv"
+    big.write_bytes(os.urandom(200_000))
+    roomy = archive.pack("h200", tmp_path / "a", 10 * 2**20)
+    tight = archive.pack("h200", tmp_path / "b", 150_000)
+    assert not roomy["samples_dropped"] and tight["samples_dropped"]
+    assert tight["members"] == roomy["members"] - 2
+    with pytest.raises(CasebookError, match="over the 1000-byte limit"):
+        archive.pack("h200", tmp_path / "c", 1000)

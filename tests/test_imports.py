@@ -1,0 +1,40 @@
+"""Every module of the project imports in this environment, and so does every package the
+GPU path loads lazily. Run in the rehearsal of the offline GPU host (`make rehearse`), it
+proves the host's packages plus the wheelhouse are all that the pipeline needs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+from casebook import paths
+
+OWN = sorted(
+    ".".join(path.relative_to(root).with_suffix("").parts)
+    for root, package in ((paths.SOURCE_ROOT / "workflow", "casebook"),
+                          (paths.SOURCE_ROOT, "kernels"))
+    for path in (root / package).rglob("*.py")
+    if path.name != "__init__.py" or path.parent != root / package
+)
+# Imported inside functions on the GPU path (clocks, throttling, the host record, case 03,
+# the Mosaic GPU lowering) or by Snakemake's own start.
+LAZY = ["pynvml", "cuda.bindings.driver", "cuda.bindings.runtime", "snakemake",
+        "jax.experimental.mosaic.gpu", "jax.experimental.pallas.mosaic_gpu", "absl",
+        "cutlass.cute", "psutil", "jsonschema"]
+# In env/cuda.lock and the wheelhouse, not in env/cpu.lock.
+CUDA_ONLY = ["cupti.cupti"]
+REHEARSAL = "CASEBOOK_HOST_REHEARSAL"
+
+
+@pytest.mark.parametrize("module", [*OWN, *LAZY])
+def test_module_imports(module):
+    importlib.import_module(module)
+
+
+@pytest.mark.skipif(not os.environ.get(REHEARSAL),
+                    reason=f"cupti-python is in env/cuda.lock only ({REHEARSAL} unset)")
+@pytest.mark.parametrize("module", CUDA_ONLY)
+def test_cuda_lock_module_imports(module):
+    importlib.import_module(module)

@@ -1,0 +1,161 @@
+"""The offline wheelhouse: what is carried to the GPU host, parts under the limit, an
+offline install from the parts, and refusals of incomplete or tampered parts."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from casebook import paths, wheelhouse
+from casebook.errors import CasebookError
+
+LOCK = """\
+alpha==1.0 \\
+    --hash=sha256:{h}
+    # via -r env/cuda.in
+beta==2.0 \\
+    --hash=sha256:{h}
+    # via alpha
+gamma==3.0 \\
+    --hash=sha256:{h}
+    # via
+    #   -r env/cuda.in
+    #   hostpkg
+hostpkg==9.9 \\
+    --hash=sha256:{h}
+    # via -r env/cuda.in
+delta==4.0 \\
+    --hash=sha256:{h}
+    # via hostpkg
+ruff==0.1 \\
+    --hash=sha256:{h}
+    # via -r env/cuda.in
+""".format(h="0" * 64)
+
+
+def test_plan_carries_what_the_host_lacks_and_nothing_else(tmp_path):
+    lock = tmp_path / "cuda.lock"
+    lock.write_text(LOCK)
+    host = tmp_path / "host.txt"
+    host.write_text("python==3.12.3\nhostpkg==9.8  # older than locked\n")
+    decisions = wheelhouse.plan(wheelhouse.read_lock(lock), wheelhouse.read_host(host))
+    carried = sorted(n for n, d in decisions.items() if d["decision"] == "carry")
+    assert carried == ["alpha", "beta"]
+    assert decisions["hostpkg"]["decision"] == "on the host (9.8; locked 9.9)"
+    assert decisions["gamma"]["decision"] == "on the host, required by hostpkg"
+    assert decisions["delta"]["decision"] == "on the host, required by hostpkg"
+    assert decisions["ruff"]["decision"].startswith("not needed there")
+
+
+def test_the_real_plan_drops_the_hosts_packages_and_keeps_the_pipelines():
+    decisions = wheelhouse.plan(wheelhouse.read_lock(paths.lock_file("cuda")),
+                                wheelhouse.read_host())
+    carried = {n for n, d in decisions.items() if d["decision"] == "carry"}
+    assert {"snakemake", "jsonschema", "cupti-python", "psutil"} <= carried
+    assert not carried & {"jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "ruff", "playwright"}
+
+
+@pytest.mark.parametrize("text, key", [("numpy>=2\n", "line 1"), ("a==1 ==2\n", "line 1")])
+def test_a_bad_host_line_is_named(tmp_path, text, key):
+    host = tmp_path / "host.txt"
+    host.write_text(text)
+    with pytest.raises(CasebookError, match=key):
+        wheelhouse.read_host(host)
+
+
+def test_a_lock_entry_without_hash_is_refused(tmp_path):
+    lock = tmp_path / "cuda.lock"
+    lock.write_text("alpha==1.0\n    # via -r env/cuda.in\n")
+    with pytest.raises(CasebookError, match="alpha: pinned without a hash"):
+        wheelhouse.read_lock(lock)
+
+
+def make_wheel(folder: Path, name: str, payload_bytes: int) -> Path:
+    """A minimal pure-Python wheel carrying ``payload_bytes`` of random data."""
+    files = {f"{name}/__init__.py": b"VALUE = 42\n",
+             f"{name}/payload.bin": os.urandom(payload_bytes),
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
+                                                f"Version: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()}"
+        f",{len(d)}\n" for n, d in files.items())
+    files[f"{name}-1.0.dist-info/RECORD"] = (record + f"{name}-1.0.dist-info/RECORD,,\n").encode()
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for n, d in files.items():
+            archive.writestr(n, d)
+    return wheel
+
+
+@pytest.fixture
+def parts(tmp_path, monkeypatch):
+    """A wheelhouse of two real wheels, one larger than a part, built with a fake download."""
+    def download(pins, into):
+        out = []
+        for pin, size in zip(pins, (900_000, 1_000), strict=True):
+            folder = into / pin.name
+            folder.mkdir()
+            out.append((make_wheel(folder, pin.name, size), {"pin": pin.name, "from": "wheel"}))
+        return out
+
+    monkeypatch.setattr(wheelhouse, "_download", download)
+    monkeypatch.setattr(wheelhouse, "carried", lambda lock, host: [
+        wheelhouse.Pin("bigpkg", "1.0", ["sha256:" + "0" * 64]),
+        wheelhouse.Pin("smallpkg", "1.0", ["sha256:" + "0" * 64])])
+    out = tmp_path / "parts"
+    limit = 700_000
+    done = wheelhouse.build(out, max_part=limit)
+    assert all(p["bytes"] <= limit for p in done["written"])
+    big = next(w for w in done["wheels"] if w["file"].startswith("bigpkg"))
+    assert len(big["chunks"]) >= 2
+    return out
+
+
+def test_parts_install_offline_into_a_target(parts, tmp_path):
+    target = tmp_path / "site"
+    wheelhouse.install(parts, target)
+    done = subprocess.run([sys.executable, "-c", "import bigpkg, smallpkg; "
+                           "print(bigpkg.VALUE + smallpkg.VALUE)"],
+                          env={**os.environ, "PYTHONPATH": str(target)},
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "84"
+
+
+def test_a_missing_part_is_refused(parts, tmp_path):
+    sorted(parts.glob("wheelhouse-*.tar"))[-1].unlink()
+    with pytest.raises(CasebookError, match="parts found"):
+        wheelhouse.reassemble(parts, tmp_path / "staging")
+
+
+def test_a_tampered_chunk_is_refused(parts, tmp_path):
+    part = sorted(parts.glob("wheelhouse-*.tar"))[0]
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(part) as tar:
+        tar.extractall(unpacked, filter="data")
+    chunk = next(unpacked.glob("*.whl.000"))
+    chunk.write_bytes(b"x" + chunk.read_bytes()[1:])
+    with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+        for item in sorted(unpacked.iterdir()):
+            tar.add(item, arcname=item.name)
+    with pytest.raises(CasebookError, match=r"bigpkg-1\.0-py3-none-any\.whl: missing or sha256"):
+        wheelhouse.reassemble(parts, tmp_path / "staging")
+
+
+def test_a_part_with_a_path_is_refused(parts, tmp_path):
+    part = sorted(parts.glob("wheelhouse-*.tar"))[0]
+    evil = tmp_path / "evil.txt"
+    evil.write_text("x")
+    with tarfile.open(part, "a") as tar:
+        tar.add(evil, arcname="../evil.txt")
+    with pytest.raises(CasebookError, match="plain files by bare name"):
+        wheelhouse.reassemble(parts, tmp_path / "staging")

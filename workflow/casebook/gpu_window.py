@@ -1,0 +1,188 @@
+"""One short run on a GPU host: steps in priority order, each stopped at its budget.
+
+The plan is configs/gpu-window.yaml: env, host and noise-floor records first, then each
+case's GPU-only tests and records, autotune last. Every step is a child process group
+(Snakemake or pytest) killed at its budget or at the window's deadline, whichever comes
+first; records are written atomically, so a stopped step leaves whole records or none.
+The window then writes its own ``gpu_window`` record (each step's budget, seconds and
+outcome) and packs ``results/<target>/`` and the logs into one archive
+(``casebook.archive``).
+
+    python -m casebook.gpu_window --dry-run [--target h200]   # the plan and its budgets
+    python -m casebook.gpu_window --out DIR [--target h200]   # run it, archive in DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from casebook import archive, config, hostcapture, paths, records
+from casebook.errors import CasebookError
+
+WINDOW_CONFIG = paths.SOURCE_ROOT / "configs" / "gpu-window.yaml"
+WINDOW_SCHEMA = paths.SCHEMA_DIR / "gpu-window.schema.yaml"
+GRACE_S = 10  # after SIGTERM, before SIGKILL
+
+
+def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
+    """The validated window plan; its budgets must fit the window."""
+    window = config.read_yaml(path)
+    config.validate(path, window, WINDOW_SCHEMA)
+    spent = sum(step["budget_s"] for step in window["steps"]) + window["pack_s"]
+    if spent > window["total_s"]:
+        raise CasebookError(path, "steps", f"budgets and pack_s add up to {spent:g} s, "
+                            f"more than total_s {window['total_s']:g}")
+    for i, step in enumerate(window["steps"]):
+        if step["name"] in ("gpu_tests", "case") and "case" not in step:
+            raise CasebookError(path, f"steps.{i}.case", f"a {step['name']} step names its case")
+        if step["name"] == "gpu_tests" and not step.get("tests"):
+            raise CasebookError(path, f"steps.{i}.tests", "a gpu_tests step lists its tests")
+        for test in step.get("tests", []):
+            if not (paths.SOURCE_ROOT / test).exists():
+                raise CasebookError(path, f"steps.{i}.tests", f"{test} does not exist")
+    return window
+
+
+def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--cores", "all", "--nolock",
+            "--rerun-incomplete", "--keep-going", "--configfile",
+            str(paths.SOURCE_ROOT / "configs" / "config.yaml"), overlay,
+            "--config", f"target={target}", "--", *targets]
+
+
+def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[str]]:
+    """The command line of each step, in order."""
+    global_path = paths.SOURCE_ROOT / "configs" / "config.yaml"
+    global_config = config.read_yaml(global_path)
+    config.validate(global_path, global_config, paths.CONFIG_SCHEMA)  # fills defaults
+    out = []
+    for step in window["steps"]:
+        if step["name"] == "records":
+            out.append(_snakemake(target, overlay, paths.env_record(target),
+                                  paths.host_record(target), paths.noise_floor_record(target)))
+        elif step["name"] == "gpu_tests":
+            out.append([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        *step["tests"]])
+        elif step["name"] == "case":
+            spec = config.load_case(global_config["case_dir"], step["case"])
+            out.append(_snakemake(target, overlay, *paths.case_records(spec, target)))
+        else:
+            out.append(_snakemake(target, overlay, "autotune"))
+    return out
+
+
+def describe(window: dict[str, Any], target: str) -> str:
+    """The plan as printed by --dry-run: each step, its budget, what it runs."""
+    lines = [f"GPU window for target {target}: {len(window['steps'])} steps and packing, "
+             f"at most {window['total_s']:g} s in all (archive <= {window['archive_mib']:g} MiB)"]
+    overlay = "<window config>"
+    start = 0.0
+    for step, argv in zip(window["steps"], commands(window, target, overlay), strict=True):
+        label = step["name"] + (f" {step['case']}" if "case" in step else "")
+        lines.append(f"  {start:5.0f} s +{step['budget_s']:4.0f} s  {label}: {step['what']}")
+        shown = step.get("tests") or argv[argv.index("--") + 1:]
+        more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
+        lines.append(f"               runs: {' '.join(argv[1:3])} {' '.join(shown[:3])}{more}")
+        start += step["budget_s"]
+    lines.append(f"  {start:5.0f} s +{window['pack_s']:4.0f} s  pack: results/{target}/ "
+                 f"and logs/ into one .tar.xz")
+    return "\n".join(lines)
+
+
+def _run(argv: list[str], seconds: float, log: Path) -> tuple[str, int | None]:
+    """Run ``argv`` in its own process group for at most ``seconds``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        child = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code = child.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGTERM)
+            try:
+                child.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+            return "stopped at its budget", None
+        except BaseException:
+            os.killpg(child.pid, signal.SIGKILL)
+            raise
+    return ("done" if code == 0 else "failed"), code
+
+
+def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
+    """Run every step within its budget, write the window record, pack the archive."""
+    start = time.monotonic()
+    deadline = start + window["total_s"] - window["pack_s"]
+    overlay = Path(paths.LOGS) / "gpu_window" / "config.yaml"
+    records.atomic_write_text(overlay, yaml.safe_dump(window["config"]))
+    steps = []
+    argvs = commands(window, target, str(overlay))
+    for index, (step, argv) in enumerate(zip(window["steps"], argvs, strict=True)):
+        left = deadline - time.monotonic()
+        seconds = min(step["budget_s"], left)
+        log = Path(paths.log("gpu_window", f"{index:02d}_{step['name']}_{step.get('case', '')}"))
+        entry = {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
+                 "what": step["what"], "log": str(log)}
+        if seconds < 1:
+            steps.append({**entry, "status": "skipped: no time left", "exit_code": None,
+                          "seconds": 0.0})
+            continue
+        began = time.monotonic()
+        status, code = _run(argv, seconds, log)
+        steps.append({**entry, "status": status, "exit_code": code,
+                      "seconds": round(time.monotonic() - began, 1)})
+        print(f"gpu_window: {step['name']} {step.get('case') or ''}: {status} "
+              f"({steps[-1]['seconds']:.0f} of {step['budget_s']:g} s)", flush=True)
+    body = {"target": target, "total_s": window["total_s"],
+            "seconds": round(time.monotonic() - start, 1), "steps": steps}
+    records.write(paths.gpu_window_record(target), "gpu_window", body)
+    packed = archive.pack(target, out, int(window["archive_mib"] * 2**20))
+    return {**body, "archive": packed}
+
+
+def host_target() -> str:
+    gpus, _ = hostcapture.gpu_facts()
+    return hostcapture.device_class(gpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m casebook.gpu_window", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--target", help="the device class (default: this host's)")
+    parser.add_argument("--out", type=Path, help="where the archive goes")
+    args = parser.parse_args(argv)
+    try:
+        window = load()
+        found = host_target()
+        target = args.target or found
+        if args.dry_run:
+            print(describe(window, target))
+            return 0
+        if target == "cpu" or found != target:
+            raise CasebookError("--target", None, f"{target}: this host is {found}; the window "
+                                "measures a GPU host of the target's kind")
+        if args.out is None:
+            raise CasebookError("--out", None, "name the folder for the archive")
+        done = run(window, target, args.out)
+    except CasebookError as error:
+        print(f"casebook: error: {error}", file=sys.stderr)
+        return 1
+    print(f"gpu_window: {done['archive']['file']} ({done['archive']['bytes'] / 2**20:.1f} MiB"
+          f"{', samples left out' if done['archive']['samples_dropped'] else ''})")
+    return 0 if all(s["status"] == "done" for s in done["steps"]) else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,380 @@
+"""An offline wheelhouse for the GPU host: the wheels it lacks, in parts that fit a transfer.
+
+``build`` takes env/cuda.lock, drops what env/gpu-host.txt says the host has (and what
+those packages depend on, which the host has with them) and what the host never needs
+(``NOT_CARRIED``), downloads the rest for cp312 manylinux x86_64 with their lock hashes,
+and packs them into tar parts of at most ``max_part`` bytes; a wheel larger than a part is
+cut into chunks. ``install`` runs on the host with nothing but Python and pip: it checks
+that every part is there, reassembles the chunks, checks each wheel's sha256, and runs
+``pip install --no-index --no-deps --require-hashes --target``, on top of the host's own
+packages (put the target first on PYTHONPATH).
+
+Standard library only: ``install`` runs before anything is installed.
+
+    python -m casebook.wheelhouse plan                      # what is carried, and why not
+    python -m casebook.wheelhouse build OUT [--max-part-mib 60]
+    python -m casebook.wheelhouse install PARTS_DIR TARGET
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from casebook import paths
+from casebook.errors import CasebookError
+
+HOST_FILE = paths.ENV_DIR / "gpu-host.txt"
+MIB = 1 << 20
+DEFAULT_MAX_PART = 60 * MIB
+MANIFEST = "wheelhouse.json"
+REQUIREMENTS = "requirements.txt"
+FORMAT = 1
+# The host's platform, as pip's download tags name it.
+PLATFORM = {"python_version": "3.12", "abi": "cp312", "implementation": "cp",
+            "platforms": [f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)]}
+# Locked packages the GPU host never needs, with why (their own dependencies drop too).
+NOT_CARRIED = {
+    "ruff": "lint, run where the code is edited",
+    "uv": "`make lock`, run where the locks are made",
+    "playwright": "the site's browser tests, run where the site is built",
+    "snakemake-executor-plugin-slurm": "cluster submission; the host runs jobs locally",
+    "nvidia-cuda-nvcc": "the host has nvcc 13; example 69's harness is compiled there "
+                        "from the carried nvidia-cutlass sources",
+    "nvidia-cuda-crt": "part of the pinned nvcc (see nvidia-cuda-nvcc)",
+    "nvidia-nvvm": "part of the pinned nvcc (see nvidia-cuda-nvcc)",
+    "nvidia-cuda-cuobjdump": "the host has cuobjdump 13 on PATH",
+    "cuda-python": "a metapackage over cuda-bindings (pinning its version), which the host "
+                   "has; casebook imports cuda.bindings",
+    "nvidia-cuda-nvdisasm": "the host has nvdisasm 13 on PATH",
+}
+_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
+_HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
+_VIA = re.compile(r"^\s+#\s+(?:via\s+)?(\S.*)$")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Pin:
+    """One locked package: its version, hashes, and who requires it (``-r`` for the .in)."""
+
+    name: str
+    version: str
+    hashes: list[str] = field(default_factory=list)
+    via: set[str] = field(default_factory=set)
+
+    def requirement(self) -> str:
+        hashes = "".join(f" \\\n    --hash={h}" for h in self.hashes)
+        return f"{self.name}=={self.version}{hashes}\n"
+
+
+def read_lock(path: Path) -> dict[str, Pin]:
+    """A uv-compiled lock with hashes and ``# via`` annotations, by normalised name."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise CasebookError(path, None, "lock file not found") from None
+    pins: dict[str, Pin] = {}
+    current = None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if match := _ENTRY.match(line):
+            current = pins.setdefault(normalize(match[1]), Pin(normalize(match[1]), match[2]))
+        elif current is None or not line[0].isspace():
+            if not line.startswith("#"):
+                raise CasebookError(path, f"line {number}", f"not a lock entry: {line!r}")
+            continue
+        current.hashes += _HASH.findall(line)
+        if (via := _VIA.match(line)) and not line.strip().startswith("--"):
+            current.via.add("-r" if via[1].startswith("-r ") else normalize(via[1]))
+    for pin in pins.values():
+        if not pin.hashes:
+            raise CasebookError(path, pin.name, "pinned without a hash")
+    return pins
+
+
+def read_host(path: Path = HOST_FILE) -> dict[str, str | None]:
+    """``{package: version or None}`` of the GPU host (``python`` included)."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise CasebookError(path, None, "host package list not found") from None
+    found: dict[str, str | None] = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:==(\S+))?", line)
+        if match is None:
+            raise CasebookError(path, f"line {number}", f"not `name` or `name==version`: {raw!r}")
+        found[normalize(match[1])] = match[2]
+    return found
+
+
+def plan(lock: dict[str, Pin], host: dict[str, str | None]) -> dict[str, dict[str, str]]:
+    """Each locked package: ``carry``, or why not. The host has its listed packages and
+    what they require (pip installed them together); a package is needed when the lock's
+    ``.in`` asks for it or a needed package requires it, unless it is never carried."""
+    with_host = dict.fromkeys(host, "listed")
+    grew = True
+    while grew:
+        grew = False
+        for name, pin in lock.items():
+            by = sorted(pin.via & set(with_host))
+            if name not in with_host and by:
+                with_host[name], grew = f"required by {by[0]}", True
+    needed = {n for n, pin in lock.items() if "-r" in pin.via and n not in NOT_CARRIED}
+    frontier = list(needed)
+    while frontier:
+        parent = frontier.pop()
+        for name, pin in lock.items():
+            if parent in pin.via and name not in needed and name not in NOT_CARRIED:
+                needed.add(name)
+                frontier.append(name)
+    out = {}
+    for name, pin in sorted(lock.items()):
+        if name in with_host:
+            seen = host.get(name) or "version not read"
+            why = (f"on the host ({seen}; locked {pin.version})" if name in host
+                   else f"on the host, {with_host[name]}")
+        elif name in NOT_CARRIED:
+            why = f"not needed there: {NOT_CARRIED[name]}"
+        elif name not in needed:
+            why = "needed only by packages not carried"
+        else:
+            why = "carry"
+        out[name] = {"version": pin.version, "decision": why}
+    return out
+
+
+def carried(lock: dict[str, Pin], host: dict[str, str | None]) -> list[Pin]:
+    decisions = plan(lock, host)
+    return [lock[n] for n, d in decisions.items() if d["decision"] == "carry"]
+
+
+def _pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args, "--quiet", "--no-deps",
+                           "--disable-pip-version-check"], capture_output=True, text=True)
+
+
+def _fetch(pin: Pin, into: Path) -> dict:
+    """Download ``pin``'s wheel for the host; a pin published only as an sdist is
+    downloaded (hash-checked) and built into a pure-Python wheel, whose own sha256 then
+    pins it. Returns the manifest entry's provenance."""
+    folder = into / pin.name
+    folder.mkdir()
+    requirement = folder / "pin.txt"
+    requirement.write_text(pin.requirement())
+    done = _pip("download", "--only-binary=:all:", "--require-hashes",
+                "--python-version", PLATFORM["python_version"], "--abi", PLATFORM["abi"],
+                "--implementation", PLATFORM["implementation"],
+                *(f"--platform={p}" for p in PLATFORM["platforms"]),
+                "-r", str(requirement), "-d", str(folder))
+    if done.returncode == 0:
+        return {"pin": pin.name, "from": "wheel"}
+    sdist = _pip("download", "--no-binary=:all:", "--require-hashes", "-r", str(requirement),
+                 "-d", str(folder / "sdist"))
+    if sdist.returncode:
+        raise RuntimeError(f"{pin.name}=={pin.version}: no wheel for the host "
+                           f"({done.stderr.strip()[-500:]}) and no sdist "
+                           f"({sdist.stderr.strip()[-500:]})")
+    (source,) = (folder / "sdist").iterdir()
+    built = _pip("wheel", "-w", str(folder), str(source))
+    wheels = list(folder.glob("*.whl"))
+    if built.returncode or len(wheels) != 1 or not wheels[0].name.endswith("-py3-none-any.whl"):
+        raise RuntimeError(f"{pin.name}=={pin.version}: its sdist did not build one pure "
+                           f"Python wheel: {built.stderr.strip()[-1000:]}")
+    return {"pin": pin.name, "from": f"sdist {source.name} ({pin.hashes[0]}), built here"}
+
+
+def _download(pins: list[Pin], into: Path) -> list[tuple[Path, dict]]:
+    """``(wheel, provenance)`` of every pin, fetched in parallel."""
+    with ThreadPoolExecutor(8) as pool:
+        origins = list(pool.map(lambda pin: _fetch(pin, into), pins))
+    out = []
+    for pin, origin in zip(pins, origins, strict=True):
+        (wheel,) = (into / pin.name).glob("*.whl")
+        out.append((wheel, origin))
+    return out
+
+
+def _tar_size(sizes: list[int]) -> int:
+    """Bytes of an uncompressed tar of files of ``sizes`` (headers, padding, end, record)."""
+    body = sum(3 * 512 + -(-s // 512) * 512 for s in sizes) + 1024  # long names: +2 blocks
+    return -(-body // 10240) * 10240
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _chunks(wheel: Path, size: int) -> list[Path]:
+    out = []
+    with wheel.open("rb") as handle:
+        for index, block in enumerate(iter(lambda: handle.read(size), b"")):
+            chunk = wheel.with_name(f"{wheel.name}.{index:03d}")
+            chunk.write_bytes(block)
+            out.append(chunk)
+    wheel.unlink()
+    return out
+
+
+def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = None,
+          host_path: Path = HOST_FILE) -> dict:
+    """Download the carried wheels and pack them into ``out/wheelhouse-NN.tar`` parts."""
+    lock_path = lock_path or paths.lock_file("cuda")
+    pins = carried(read_lock(lock_path), read_host(host_path))
+    reserve = 256 * 1024  # the manifest, requirements and tar headers of a part
+    if max_part < 2 * reserve:
+        raise CasebookError("--max-part-mib", None, f"{max_part} bytes is too small a part")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("wheelhouse-*.tar"):
+        stale.unlink()
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        staging = Path(tmp)
+        wheels, files, requirements = [], [], []
+        for wheel, origin in _download(pins, staging):
+            wheel = wheel.rename(staging / wheel.name)
+            entry = {"file": wheel.name, "sha256": _sha256(wheel), "size": wheel.stat().st_size,
+                     **origin}
+            name, version = wheel.name.split("-")[:2]
+            requirements.append(f"{name}=={version} --hash=sha256:{entry['sha256']}\n")
+            parts = _chunks(wheel, max_part - reserve) if entry["size"] > max_part - reserve \
+                else [wheel]
+            entry["chunks"] = [p.name for p in parts] if parts != [wheel] else []
+            wheels.append(entry)
+            files += parts
+        (staging / REQUIREMENTS).write_text("".join(requirements))
+        bins: list[list[Path]] = []  # first fit, largest first
+        for item in sorted(files, key=lambda p: -p.stat().st_size):
+            for group in bins:
+                if _tar_size([f.stat().st_size for f in [*group, item]]) <= max_part - reserve:
+                    group.append(item)
+                    break
+            else:
+                bins.append([item])
+        manifest = {"format": FORMAT, "parts": len(bins), "max_part_bytes": max_part,
+                    "platform": PLATFORM, "lock": lock_path.name,
+                    "lock_sha256": _sha256(lock_path), "wheels": wheels}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        written = []
+        for index, group in enumerate(bins, 1):
+            part = out / f"wheelhouse-{index:02d}.tar"
+            with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+                for item in [staging / MANIFEST, staging / REQUIREMENTS, *group]:
+                    tar.add(item, arcname=item.name)
+            if part.stat().st_size > max_part:
+                raise RuntimeError(f"{part} is {part.stat().st_size} bytes > {max_part}")
+            written.append({"file": part.name, "bytes": part.stat().st_size})
+    return {**manifest, "written": written}
+
+
+def _members(part: Path) -> list[tarfile.TarInfo]:
+    with tarfile.open(part) as tar:
+        members = tar.getmembers()
+    for member in members:
+        if not member.isfile() or "/" in member.name or member.name.startswith("."):
+            raise CasebookError(part, member.name, "a part holds plain files by bare name only")
+    return members
+
+
+def reassemble(parts_dir: Path, into: Path) -> dict:
+    """Unpack every part into ``into``, rejoin chunks, check sizes and sha256 of each wheel."""
+    parts = sorted(parts_dir.glob("wheelhouse-*.tar"))
+    if not parts:
+        raise CasebookError(parts_dir, None, "no wheelhouse-NN.tar part found")
+    manifests = set()
+    for part in parts:
+        _members(part)
+        with tarfile.open(part) as tar:
+            tar.extractall(into, filter="data")
+        manifests.add((into / MANIFEST).read_text())
+    if len(manifests) != 1:
+        raise CasebookError(parts_dir, MANIFEST, "the parts come from different builds")
+    manifest = json.loads(manifests.pop())
+    if manifest.get("format") != FORMAT:
+        raise CasebookError(parts_dir, f"{MANIFEST}: format", f"is {manifest.get('format')!r}")
+    if len(parts) != manifest["parts"]:
+        raise CasebookError(parts_dir, None, f"{len(parts)} parts found, "
+                            f"the wheelhouse has {manifest['parts']}")
+    for wheel in manifest["wheels"]:
+        target = into / wheel["file"]
+        if wheel["chunks"]:
+            missing = [c for c in wheel["chunks"] if not (into / c).exists()]
+            if missing:
+                raise CasebookError(parts_dir, wheel["file"], f"chunks missing: {missing}")
+            with target.open("wb") as handle:
+                for chunk in wheel["chunks"]:
+                    handle.write((into / chunk).read_bytes())
+                    (into / chunk).unlink()
+        if not target.exists() or _sha256(target) != wheel["sha256"]:
+            raise CasebookError(parts_dir, wheel["file"], "missing or sha256 differs")
+    return manifest
+
+
+def install(parts_dir: Path, target: Path) -> dict:
+    """Install the wheelhouse into ``target`` with pip, no index, hashes required."""
+    with tempfile.TemporaryDirectory() as tmp:
+        staging = Path(tmp)
+        manifest = reassemble(parts_dir, staging)
+        command = [sys.executable, "-m", "pip", "install", "--isolated", "--quiet",
+                   "--disable-pip-version-check", "--no-index", "--no-deps",
+                   "--require-hashes", "--upgrade", "--find-links", str(staging),
+                   "--target", str(target), "-r", str(staging / REQUIREMENTS)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip install exited {done.returncode}: {done.stderr[-3000:]}")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m casebook.wheelhouse", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("plan", help="each locked package: carried, or why not")
+    make = sub.add_parser("build", help="download and pack the carried wheels")
+    make.add_argument("out", type=Path)
+    make.add_argument("--max-part-mib", type=float, default=DEFAULT_MAX_PART / MIB)
+    put = sub.add_parser("install", help="install the parts into a target folder, offline")
+    put.add_argument("parts_dir", type=Path)
+    put.add_argument("target", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "plan":
+            decisions = plan(read_lock(paths.lock_file("cuda")), read_host())
+            for name, d in decisions.items():
+                print(f"{name}=={d['version']}: {d['decision']}")
+        elif args.command == "build":
+            done = build(args.out, int(args.max_part_mib * MIB))
+            for part in done["written"]:
+                print(f"{args.out / part['file']}: {part['bytes'] / MIB:.1f} MiB")
+            print(f"{len(done['wheels'])} wheels in {done['parts']} parts")
+        else:
+            done = install(args.parts_dir, args.target)
+            print(f"installed {len(done['wheels'])} wheels into {args.target}")
+    except CasebookError as error:
+        print(f"casebook: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
