@@ -11,7 +11,15 @@
 #                         the Mosaic GPU interpreter, and the draws of case 01's
 #                         kernels (exact GEMMs, every variant) (a few minutes); results in
 #                         benchmarks/results/
-#   make lock             regenerate env/cpu.lock, env/cuda.lock and env/reference.lock
+#   make gpu-host         what an offline GPU host lacks, in build/gpu-host/: the wheelhouse
+#                         (parts of at most 60 MiB) and case 03's builds (README: "GPU host
+#                         without network")
+#   make rehearse         the offline GPU host rehearsed on this CPU: Python 3.12 with the
+#                         host's packages (env/rehearsal.lock), the bundle installed with
+#                         --no-index into a copy of the tree, then a time-bounded subset of
+#                         the kernel tests, `snakemake -n` for h200 and gpu_run's dry run
+#   make lock             regenerate env/cpu.lock, env/cuda.lock, env/reference.lock and
+#                         env/rehearsal.lock
 #   make clean            remove generated records, figures and the site
 
 LOCK ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
@@ -23,7 +31,20 @@ STAMP := $(VENV)/.lock-$(LOCK).sha256
 BIN := $(VENV)/bin
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: all run env test lint bench lock clean chromium
+# The GPU host: its Python, the bundle it is given, and its rehearsal here.
+HOST_PYTHON := PYENV_VERSION=3.12.1 python3.12
+BUNDLE := build/gpu-host
+REHEARSAL := build/rehearsal
+HOST_BIN := $(CURDIR)/$(REHEARSAL)/host/bin
+# The host has cuobjdump and nvdisasm on PATH; here they come from the CPU lock's wheels.
+CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13/bin))
+IN_HOST = cd $(REHEARSAL)/tree && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
+	PYTHONPATH=$(CURDIR)/$(REHEARSAL)/site:$(CURDIR)/$(REHEARSAL)/tree/workflow:$(CURDIR)/$(REHEARSAL)/tree
+REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
+	tests/test_grouped_gemm_aot.py tests/test_grouped_gemm_numerics.py \
+	tests/test_mgpu_forward.py tests/test_moe_nvfp4_gemm.py tests/test_capture.py
+
+.PHONY: all run env test lint bench lock clean chromium gpu-host rehearse
 all: run
 
 $(STAMP): env/$(LOCK).lock env/reference.lock
@@ -59,6 +80,29 @@ bench: env
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
 
+gpu-host: env
+	rm -rf $(BUNDLE)
+	PYTHONPATH=workflow:. $(BIN)/python -m casebook.wheelhouse build $(BUNDLE)
+	PYTHONPATH=workflow:. $(BIN)/python -m kernels.grouped_gemm_fp8_bf16.prebuild \
+		build/grouped_gemm_fp8_bf16 $(BUNDLE)/case03-build.tar.xz
+	@ls -l $(BUNDLE)
+
+rehearse: gpu-host
+	rm -rf $(REHEARSAL) && mkdir -p $(REHEARSAL)/tree
+	$(HOST_PYTHON) -m venv $(REHEARSAL)/host
+	$(HOST_BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		--require-hashes -r env/rehearsal.lock
+	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(REHEARSAL)/tree
+	tar -xJf $(BUNDLE)/case03-build.tar.xz -C $(REHEARSAL)/tree
+	PYTHONPATH=workflow $(HOST_BIN)/python -m casebook.wheelhouse install $(BUNDLE) \
+		$(REHEARSAL)/site
+	$(IN_HOST) timeout 420 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
+		$(REHEARSED_TESTS)
+	$(IN_HOST) $(HOST_BIN)/python -m snakemake -n --quiet rules --cores all \
+		--config target=h200
+	$(IN_HOST) CASEBOOK_PYTHON=$(HOST_BIN)/python bash benchmarks/gpu_run.sh --dry-run \
+		--target h200
+
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \
 		--python-platform x86_64-manylinux_2_28 -o env/cpu.lock
@@ -66,6 +110,8 @@ lock: env
 		--python-platform x86_64-manylinux_2_28 -o env/cuda.lock
 	$(BIN)/uv pip compile env/reference.in --no-deps --generate-hashes --no-header \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 -o env/reference.lock
+	$(BIN)/uv pip compile env/rehearsal.in --generate-hashes --no-header --python-version 3.12 \
+		--python-platform x86_64-manylinux_2_28 -o env/rehearsal.lock
 
 clean:
 	rm -rf results/cpu results/figures site/public logs .snakemake test-artifacts

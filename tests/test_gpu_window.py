@@ -29,7 +29,8 @@ def test_the_plan_fits_one_device_command_and_the_dry_run_prints_it():
     assert window["total_s"] <= 540
     assert sum(s["budget_s"] for s in window["steps"]) + window["pack_s"] <= window["total_s"]
     done = subprocess.run(["bash", str(paths.SOURCE_ROOT / "benchmarks" / "gpu_run.sh"),
-                           "--dry-run", "--target", "h200"], capture_output=True, text=True)
+                           "--dry-run", "--target", "h200"], capture_output=True, text=True,
+                          env={**os.environ, "CASEBOOK_PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
     assert "at most 530 s in all" in done.stdout
     for step in window["steps"]:

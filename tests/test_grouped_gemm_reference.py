@@ -54,3 +54,19 @@ def test_a_second_build_is_found_by_its_inputs_hash(built):
 def test_without_nvcc_the_build_says_so(tmp_path):
     facts = reference.build.__wrapped__(str(tmp_path), tmp_path / "no-nvcc")
     assert not facts["built"] and "nvcc not found" in facts["reason"]
+
+
+def test_a_build_of_the_same_sources_by_another_nvcc_is_used_not_recompiled(built, tmp_path,
+                                                                            monkeypatch):
+    """An offline GPU host: its own nvcc (or none) and the build carried from here."""
+    build_dir, first = built
+    other = tmp_path / "nvcc"
+    other.write_text("#!/bin/sh\necho 'Build cuda_13.9.r13.9/compiler.0'\n")
+    other.chmod(0o755)
+    for nvcc in (other, None):
+        found = reference.build.__wrapped__(build_dir, nvcc)
+        assert found["cached"] and found["binary"] == first["binary"]
+        assert found["nvcc"] == first["nvcc"]  # names the compiler that built it
+    monkeypatch.setattr(reference, "sources_key", lambda: "other sources")
+    facts = reference.build.__wrapped__(build_dir, None)
+    assert not facts["built"] and "nvcc not found" in facts["reason"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -114,7 +115,10 @@ def parts(tmp_path, monkeypatch):
         wheelhouse.Pin("smallpkg", "1.0", ["sha256:" + "0" * 64])])
     out = tmp_path / "parts"
     limit = 700_000
-    done = wheelhouse.build(out, max_part=limit)
+    source = tmp_path / "reference.py"
+    source.write_text("KERNEL = 'upstream'\n")
+    done = wheelhouse.build(out, max_part=limit, sources=[
+        (source, "upstream/kernels/reference.py", "upstream==1.0 (test)")])
     assert all(p["bytes"] <= limit for p in done["written"])
     big = next(w for w in done["wheels"] if w["file"].startswith("bigpkg"))
     assert len(big["chunks"]) >= 2
@@ -129,6 +133,7 @@ def test_parts_install_offline_into_a_target(parts, tmp_path):
                           env={**os.environ, "PYTHONPATH": str(target)},
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "84"
+    assert (target / "upstream/kernels/reference.py").read_text() == "KERNEL = 'upstream'\n"
 
 
 def test_a_missing_part_is_refused(parts, tmp_path):
@@ -159,3 +164,34 @@ def test_a_part_with_a_path_is_refused(parts, tmp_path):
         tar.add(evil, arcname="../evil.txt")
     with pytest.raises(CasebookError, match="plain files by bare name"):
         wheelhouse.reassemble(parts, tmp_path / "staging")
+
+
+def names_in(part):
+    with tarfile.open(part) as tar:
+        return tar.getnames()
+
+
+def test_a_tampered_source_is_refused(parts, tmp_path):
+    name = "sources/upstream/kernels/reference.py"
+    (part,) = [p for p in parts.glob("wheelhouse-*.tar") if name in names_in(p)]
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(part) as tar:
+        names = tar.getnames()
+        tar.extractall(unpacked, filter="data")
+    (unpacked / name).write_text("KERNEL = 'other'\n")
+    with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member in names:
+            tar.add(unpacked / member, arcname=member)
+    with pytest.raises(CasebookError, match=r"upstream/kernels/reference\.py: missing or sha256"):
+        wheelhouse.reassemble(parts, tmp_path / "staging")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
+                    reason="env/reference.lock is not installed here (the rehearsed host)")
+def test_the_reference_sources_are_the_files_the_cases_hash():
+    from kernels import moe_nvfp4
+
+    (found,) = wheelhouse.reference_sources()
+    assert str(found[0]) == str(Path(moe_nvfp4.reference_file()).resolve())
+    assert found[1] == "flashinfer/" + moe_nvfp4.REFERENCE[1]
+    assert found[2] == "flashinfer-python==0.7.2.post1 (env/reference.lock)"

@@ -49,3 +49,4 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         {**built["kernels"][problem.mode], "mode": problem.mode, "nvcc": built["nvcc"],
          "cached": built["cached"], "binary": built["binary"], "library": built["library"],
          "tiles": tiles})]}
+

@@ -4,7 +4,10 @@
 (its ``main`` renamed) and reuses its kernel types, so the binary runs exactly the
 example's kernels. A compile takes ~90-120 s and ~5 GB, so the binary is cached under
 the build tree by a hash of everything that determines it: the harness, the example's
-sources, the wheel's version, the flags and ``nvcc --version``.
+sources, the wheel's version, the flags and ``nvcc --version``. A host whose nvcc differs
+from the one that built a cached binary of the same sources (an offline GPU host given
+the build made where the pinned nvcc is) uses that binary rather than compiling, and
+its facts name the nvcc that built it.
 """
 
 from __future__ import annotations
@@ -49,13 +52,35 @@ def nvcc_version(nvcc: Path | None) -> str | None:
     return toolkit.run([nvcc, "--version"]).strip().splitlines()[-1]
 
 
-def cache_key(version: str) -> str:
+def sources_key() -> str:
+    """What the binary is made from, whichever nvcc compiles it."""
     digest = hashlib.sha256()
     for part in (HARNESS.read_bytes(), *(p.read_bytes() for p in EXAMPLE_SOURCES),
                  importlib.metadata.version("nvidia-cutlass").encode(),
-                 " ".join((*FLAGS, *PIC, *LINK_FLAGS)).encode(), version.encode()):
+                 " ".join((*FLAGS, *PIC, *LINK_FLAGS)).encode()):
         digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
+
+
+def cache_key(version: str) -> str:
+    return hashlib.sha256(f"{sources_key()} {version}".encode()).hexdigest()[:16]
+
+
+def _cached(folder: Path) -> dict | None:
+    facts_file = folder / "compile.json"
+    if not (facts_file.exists() and (folder / "ex69_harness").exists()):
+        return None
+    return {**json.loads(facts_file.read_text()), "cached": True}
+
+
+def _built_by_another_nvcc(build_dir: str) -> dict | None:
+    """A cached build of these sources by any nvcc (e.g. carried from the pinned one)."""
+    key = sources_key()
+    for folder in sorted((Path(build_dir) / "ex69").glob("*")):
+        facts = _cached(folder)
+        if facts is not None and facts.get("sources") == key:
+            return facts
+    return None
 
 
 def compile_commands(nvcc: Path, folder: Path) -> list[list[str | Path]]:
@@ -74,13 +99,14 @@ def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
     """The harness binary and library (compiled or found in the cache) and their
     resources, or why not."""
     version = nvcc_version(nvcc)
+    final = Path(build_dir) / "ex69" / cache_key(version or "")
+    found = (_cached(final) if version else None) or _built_by_another_nvcc(build_dir)
+    if found is not None:
+        return found
     if version is None:
         return {"built": False, "reason": f"nvcc not found ({nvcc or 'not installed'}): the "
                                           "C++ reference is not built on this host"}
-    final = Path(build_dir) / "ex69" / cache_key(version)
     binary, facts_file = final / "ex69_harness", final / "compile.json"
-    if facts_file.exists() and binary.exists():
-        return {**json.loads(facts_file.read_text()), "cached": True}
     partial = final.with_suffix(".partial")  # renamed when complete: never half a cache
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -91,7 +117,8 @@ def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
     facts = {"built": True, "binary": str(binary), "library": str(final / "libex69.so"),
-             "nvcc": version, "compile_seconds": seconds, "flags": list(FLAGS),
+             "nvcc": version, "sources": sources_key(), "compile_seconds": seconds,
+             "flags": list(FLAGS),
              "kernels": _resources(binary)}
     facts_file.write_text(json.dumps(facts, indent=1))
     return {**facts, "cached": False}

@@ -6,6 +6,7 @@ builds' cubins. A host without them gets None from ``tool`` and says so in its r
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -29,8 +30,10 @@ def tool(name: str) -> Path | None:
 
 def run(args: list[str | Path], **kwargs) -> str:
     """stdout of a tool run; a non-zero exit raises with its stderr."""
+    # The pinned tools first; a host's own CUDA (e.g. the nvdisasm cuobjdump calls) after.
+    search = f"{CUDA_ROOT / 'bin'}:{os.environ.get('PATH') or '/usr/bin:/bin'}"
     done = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                          env={"PATH": f"{CUDA_ROOT / 'bin'}:/usr/bin:/bin"}, **kwargs)
+                          env={"PATH": search}, **kwargs)
     if done.returncode:
         raise RuntimeError(f"{Path(args[0]).name} exited {done.returncode}: "
                            f"{done.stderr.strip()[-2000:]}")

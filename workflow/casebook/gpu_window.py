@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from casebook import archive, config, hostcapture, paths, records
+from casebook import archive, config, hostcapture, paths, provenance, records
 from casebook.errors import CasebookError
 
 WINDOW_CONFIG = paths.SOURCE_ROOT / "configs" / "gpu-window.yaml"
@@ -175,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "measures a GPU host of the target's kind")
         if args.out is None:
             raise CasebookError("--out", None, "name the folder for the archive")
+        if not re.fullmatch(r"[0-9a-f]{40}", provenance.commit()):
+            raise CasebookError(provenance.COMMIT_VARIABLE, None, f"the records would name "
+                                f"commit {provenance.commit()!r}, which no import accepts: "
+                                "run a clean checkout, or set it to the commit of this tree")
         done = run(window, target, args.out)
     except CasebookError as error:
         print(f"casebook: error: {error}", file=sys.stderr)

@@ -4,12 +4,16 @@
 those packages depend on, which the host has with them) and what the host never needs
 (``NOT_CARRIED``), downloads the rest for cp312 manylinux x86_64 with their lock hashes,
 and packs them into tar parts of at most ``max_part`` bytes; a wheel larger than a part is
-cut into chunks. ``install`` runs on the host with nothing but Python and pip: it checks
-that every part is there, reassembles the chunks, checks each wheel's sha256, and runs
-``pip install --no-index --no-deps --require-hashes --target``, on top of the host's own
+cut into chunks. The configured cases' reference sources that env/reference.lock provides
+travel as the files alone (laid out as under site-packages), so the host hashes the same
+bytes as condition 1 without the package.
+
+``install`` runs on the host with nothing but Python and pip: it checks that every part is
+there, reassembles the chunks, checks each wheel's and source's sha256, and runs ``pip
+install --no-index --no-deps --require-hashes --target``, on top of the host's own
 packages (put the target first on PYTHONPATH).
 
-Standard library only: ``install`` runs before anything is installed.
+Standard library only at import: ``install`` runs before anything is installed.
 
     python -m casebook.wheelhouse plan                      # what is carried, and why not
     python -m casebook.wheelhouse build OUT [--max-part-mib 60]
@@ -38,6 +42,7 @@ MIB = 1 << 20
 DEFAULT_MAX_PART = 60 * MIB
 MANIFEST = "wheelhouse.json"
 REQUIREMENTS = "requirements.txt"
+SOURCES = "sources"  # reference files, laid out as under site-packages
 FORMAT = 1
 # The host's platform, as pip's download tags name it.
 PLATFORM = {"python_version": "3.12", "abi": "cp312", "implementation": "cp",
@@ -48,11 +53,14 @@ NOT_CARRIED = {
     "uv": "`make lock`, run where the locks are made",
     "playwright": "the site's browser tests, run where the site is built",
     "snakemake-executor-plugin-slurm": "cluster submission; the host runs jobs locally",
-    "nvidia-cuda-nvcc": "the host has nvcc 13; example 69's harness is compiled there "
-                        "from the carried nvidia-cutlass sources",
-    "nvidia-cuda-crt": "part of the pinned nvcc (see nvidia-cuda-nvcc)",
-    "nvidia-nvvm": "part of the pinned nvcc (see nvidia-cuda-nvcc)",
     "nvidia-cuda-cuobjdump": "the host has cuobjdump 13 on PATH",
+    "nvidia-cutlass-dsl": "the port is compiled here and carried exported, as a library that "
+                          "needs no CuTe DSL (kernels/grouped_gemm_fp8_bf16/aot.py)",
+    "nvidia-cutlass-dsl-libs-base": "part of CuTe DSL (see nvidia-cutlass-dsl)",
+    "nvidia-cutlass-dsl-libs-core": "part of CuTe DSL (see nvidia-cutlass-dsl)",
+    "nvidia-cutlass-dsl-libs-cu12": "part of CuTe DSL (see nvidia-cutlass-dsl)",
+    "nvidia-curand": "headers for compiling example 69's harness, which is compiled here "
+                     "and carried (build/grouped_gemm_fp8_bf16/ex69/)",
     "cuda-python": "a metapackage over cuda-bindings (pinning its version), which the host "
                    "has; casebook imports cuda.bindings",
     "nvidia-cuda-nvdisasm": "the host has nvdisasm 13 on PATH",
@@ -237,9 +245,42 @@ def _chunks(wheel: Path, size: int) -> list[Path]:
     return out
 
 
+def reference_sources() -> list[tuple[Path, str, str]]:
+    """(file, its path under site-packages, origin) of each configured case's reference
+    source that a package of env/reference.lock provides. Such a package is read, never
+    run (FlashInfer: hundreds of MB), so the host gets the one file the case hashes."""
+    import importlib
+    import importlib.metadata
+
+    from casebook import config
+
+    global_path = paths.SOURCE_ROOT / "configs" / "config.yaml"
+    settings = config.read_yaml(global_path)
+    config.validate(global_path, settings, paths.CONFIG_SCHEMA)
+    references = [importlib.import_module(f"kernels.{case}").reference_file()
+                  for case in settings["cases"]]
+    wanted = {str(Path(r).resolve()) for r in references if r}
+    out = []
+    for pin in read_lock(paths.REFERENCE_LOCK).values():
+        try:
+            dist = importlib.metadata.distribution(pin.name)
+        except importlib.metadata.PackageNotFoundError:
+            raise CasebookError(paths.REFERENCE_LOCK, pin.name, "not installed here: "
+                                "`make env` installs the reference lock") from None
+        if dist.version != pin.version:
+            raise CasebookError(paths.REFERENCE_LOCK, pin.name,
+                                f"{dist.version} installed, {pin.version} locked")
+        for name in map(str, dist.files or []):
+            found = Path(dist.locate_file(name)).resolve()
+            if str(found) in wanted:
+                out.append((found, name, f"{pin.name}=={pin.version} (env/reference.lock)"))
+    return out
+
+
 def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = None,
-          host_path: Path = HOST_FILE) -> dict:
-    """Download the carried wheels and pack them into ``out/wheelhouse-NN.tar`` parts."""
+          host_path: Path = HOST_FILE, sources: list[tuple[Path, str, str]] = ()) -> dict:
+    """Download the carried wheels and pack them, and ``sources`` (reference files laid
+    out as under site-packages), into ``out/wheelhouse-NN.tar`` parts."""
     lock_path = lock_path or paths.lock_file("cuda")
     pins = carried(read_lock(lock_path), read_host(host_path))
     reserve = 256 * 1024  # the manifest, requirements and tar headers of a part
@@ -263,6 +304,13 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
             wheels.append(entry)
             files += parts
         (staging / REQUIREMENTS).write_text("".join(requirements))
+        carried_sources = []
+        for source, name, origin in sources:
+            copy = staging / SOURCES / name
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(source.read_bytes())
+            carried_sources.append({"path": name, "sha256": _sha256(copy), "from": origin})
+            files.append(copy)
         bins: list[list[Path]] = []  # first fit, largest first
         for item in sorted(files, key=lambda p: -p.stat().st_size):
             for group in bins:
@@ -273,14 +321,15 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
                 bins.append([item])
         manifest = {"format": FORMAT, "parts": len(bins), "max_part_bytes": max_part,
                     "platform": PLATFORM, "lock": lock_path.name,
-                    "lock_sha256": _sha256(lock_path), "wheels": wheels}
+                    "lock_sha256": _sha256(lock_path), "wheels": wheels,
+                    "sources": carried_sources}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         written = []
         for index, group in enumerate(bins, 1):
             part = out / f"wheelhouse-{index:02d}.tar"
             with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
                 for item in [staging / MANIFEST, staging / REQUIREMENTS, *group]:
-                    tar.add(item, arcname=item.name)
+                    tar.add(item, arcname=item.relative_to(staging).as_posix())
             if part.stat().st_size > max_part:
                 raise RuntimeError(f"{part} is {part.stat().st_size} bytes > {max_part}")
             written.append({"file": part.name, "bytes": part.stat().st_size})
@@ -291,8 +340,11 @@ def _members(part: Path) -> list[tarfile.TarInfo]:
     with tarfile.open(part) as tar:
         members = tar.getmembers()
     for member in members:
-        if not member.isfile() or "/" in member.name or member.name.startswith("."):
-            raise CasebookError(part, member.name, "a part holds plain files by bare name only")
+        parts = member.name.split("/")
+        if not member.isfile() or any(p in ("", ".", "..") or p.startswith(".") for p in parts) \
+                or (len(parts) > 1 and parts[0] != SOURCES):
+            raise CasebookError(part, member.name, f"a part holds plain files by bare name, "
+                                f"or under {SOURCES}/, only")
     return members
 
 
@@ -327,6 +379,10 @@ def reassemble(parts_dir: Path, into: Path) -> dict:
                     (into / chunk).unlink()
         if not target.exists() or _sha256(target) != wheel["sha256"]:
             raise CasebookError(parts_dir, wheel["file"], "missing or sha256 differs")
+    for source in manifest["sources"]:
+        copy = into / SOURCES / source["path"]
+        if not copy.exists() or _sha256(copy) != source["sha256"]:
+            raise CasebookError(parts_dir, source["path"], "missing or sha256 differs")
     return manifest
 
 
@@ -342,6 +398,10 @@ def install(parts_dir: Path, target: Path) -> dict:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"pip install exited {done.returncode}: {done.stderr[-3000:]}")
+        for source in manifest["sources"]:
+            placed = target / source["path"]
+            placed.parent.mkdir(parents=True, exist_ok=True)
+            placed.write_bytes((staging / SOURCES / source["path"]).read_bytes())
     return manifest
 
 
@@ -363,10 +423,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, d in decisions.items():
                 print(f"{name}=={d['version']}: {d['decision']}")
         elif args.command == "build":
-            done = build(args.out, int(args.max_part_mib * MIB))
+            done = build(args.out, int(args.max_part_mib * MIB), sources=reference_sources())
             for part in done["written"]:
                 print(f"{args.out / part['file']}: {part['bytes'] / MIB:.1f} MiB")
-            print(f"{len(done['wheels'])} wheels in {done['parts']} parts")
+            print(f"{len(done['wheels'])} wheels and {len(done['sources'])} reference sources "
+                  f"in {done['parts']} parts")
         else:
             done = install(args.parts_dir, args.target)
             print(f"installed {len(done['wheels'])} wheels into {args.target}")
