@@ -8,12 +8,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from casebook import conditions, fmt
+from casebook import archive, conditions, fmt, paths
 from tests.projects import make_project, snakemake, tiny_case, tiny_moe_case
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -239,6 +240,38 @@ def test_other_targets_are_rendered_beside_never_regenerated(project):
     assert len(figures_of(project / "site/public/splash_attention.html")) == 6
     assert len(list((project / "results/h200").rglob("*.json"))) == len(
         list((project / "results/cpu").rglob("*.json")))
+
+
+def test_an_imported_partial_gpu_window_is_rendered_beside_cpu(project, tmp_path,
+                                                                 monkeypatch):
+    """A GPU window stopped part-way: packed there, imported here, shown beside cpu."""
+    made = tmp_path / "host"
+    shutil.copytree(project / "results/cpu", made / "results/h200")
+    head = subprocess.run(["git", "-C", str(paths.SOURCE_ROOT), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for path in (made / "results/h200").rglob("*.json"):
+        data = {**json.loads(path.read_text()), "target": "h200", "commit": head}
+        if path.name == "host.json":
+            data["device_class"] = "h200"
+            data["gpus"] = [{"name": "NVIDIA H200", "compute_capability": "9.0",
+                             "memory_bytes": 141 * 2**30, "driver_version": "580.159.03",
+                             "cuda_driver_version": "13.0"}]
+        path.write_text(json.dumps(data))
+    stopped = made / "results/h200/moe_nvfp4/time"  # the window ran out during case 01
+    shutil.rmtree(stopped)
+    monkeypatch.chdir(made)
+    packed = archive.pack("h200", tmp_path / "out", 16 * 2**20)
+    done = archive.import_archive(Path(packed["file"]), project)
+    assert done["target"] == "h200" and done["commit"] == head
+    assert not (project / "results/h200/moe_nvfp4/time").exists()
+    run = snakemake(project)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for case in ("splash_attention", "moe_nvfp4"):
+        page = (project / f"site/public/{case}.html").read_text()
+        assert 'id="target-cpu"' in page and 'id="target-h200"' in page
+        assert "GPU: NVIDIA H200" in page
+    assert not [j for j in re.findall(r"wildcards: (.*)", run.stdout + run.stderr)
+                if "target=h200" in j]
 
 
 def test_bad_config_on_the_command_line_names_the_key(project):
