@@ -134,3 +134,36 @@ def test_cpu_model_is_read_from_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Test CPU @ 3GHz\n")
     assert hostcapture.cpu_model(info) == "Test CPU @ 3GHz"
+
+
+def test_drift_says_why_the_offline_host_was_not_given_a_package():
+    locked = {"a": "1", "b": "2", "ruff": "0.1"}
+    found = {"a": "1.1"}
+    assert envcapture.drift(locked, found, {"ruff": "lint, run where the code is edited"}) == [
+        {"package": "a", "locked": "1", "found": "1.1"},
+        {"package": "b", "locked": "2", "found": None},
+        {"package": "ruff", "locked": "0.1", "found": None,
+         "not_carried": "lint, run where the code is edited"},
+    ]
+
+
+def test_the_software_condition_shows_other_versions_before_what_was_left_out():
+    from casebook import conditions
+    from casebook.evidence import Evidence
+
+    missing = [{"package": f"tool{i}", "locked": "1", "found": None} for i in range(6)]
+    env = {"python": {"version": "3.12.3"}, "os": {"platform": "Linux"},
+           "packages": {"jax": "0.11.2"}, "matches_lock": False, "tools": {},
+           "lock": {"file": "env/cuda.lock", "sha256": "0" * 64},
+           "drift": [*missing, {"package": "ruff", "locked": "0.1", "found": None,
+                                "not_carried": "lint"},
+                     {"package": "numpy", "locked": "2.5.5", "found": "2.4.0"}]}
+    host = {"gpus": [], "gpu_status": "no GPU",
+            "cpu": {"model": "CPU", "usable_cores": 2, "logical_cores": 2,
+                    "memory_bytes": 2**30}}
+    ev = Evidence(case="c", target="h200", spec={"reference": {"package": "jax"}}, env=env,
+                  host=host, builds={}, verify={}, time={}, baselines={}, sources=[],
+                  current_sources_sha256="s", noise_floor=None)
+    (line,) = [x for x in conditions.hardware_software(ev) if x.startswith("Environment")]
+    assert "DRIFT from the lock in 8 package(s): numpy 2.4.0 (locked 2.5.5), tool0 missing" in line
+    assert "1 not given to this offline host on purpose (ruff)" in line

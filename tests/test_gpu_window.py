@@ -195,3 +195,19 @@ def test_pack_leaves_samples_out_only_when_they_do_not_fit(tmp_path, monkeypatch
     assert tight["members"] == roomy["members"] - 2
     with pytest.raises(CasebookError, match="over the 1000-byte limit"):
         archive.pack("h200", tmp_path / "c", 1000)
+
+
+@pytest.mark.parametrize("timeout_s, ok", [(None, True), (-1, False)])
+def test_the_windows_measurement_settings_reach_the_workflow(tmp_path, timeout_s, ok):
+    window = copy.deepcopy(gpu_window.load())
+    if timeout_s is not None:
+        window["config"]["measurement"]["timeout_s"] = timeout_s
+    overlay = tmp_path / "window.yaml"
+    overlay.write_text(yaml.safe_dump(window["config"]))
+    argv = gpu_window.commands(window, "cpu", str(overlay))[0]
+    argv[argv.index("--"):argv.index("--")] = ["--dry-run", "--quiet", "rules"]
+    done = subprocess.run(argv, cwd=paths.SOURCE_ROOT, capture_output=True, text=True)
+    assert (done.returncode == 0) is ok, done.stdout[-2000:] + done.stderr[-2000:]
+    if not ok:
+        assert "measurement.timeout_s: -1 is less than or equal to the minimum of 0" in (
+            done.stdout + done.stderr)

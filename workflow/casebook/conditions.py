@@ -56,10 +56,17 @@ def hardware_software(ev: Evidence) -> list[str]:
     shown = [ev.spec["reference"]["package"], "jaxlib", "numpy", "nvidia-cutlass-dsl"]
     lines.append("Packages: " + ", ".join(f"{p} {packages[p]}" for p in dict.fromkeys(shown)
                                            if p in packages))
+    # Other versions first, then missing packages; those the offline host is not given on
+    # purpose (its bundle says why) are counted apart.
+    bundled_out = [d["package"] for d in env["drift"] if "not_carried" in d]
+    listed = sorted((d for d in env["drift"] if "not_carried" not in d),
+                   key=lambda d: d["found"] is None)
     state = ("matches the lock" if env["matches_lock"] else
              f"DRIFT from the lock in {len(env['drift'])} package(s): " + ", ".join(
                  f"{d['package']} {d['found'] or 'missing'} (locked {d['locked']})"
-                 for d in env["drift"][:6]))
+                 for d in listed[:6]) + (f"; {len(bundled_out)} not given to this offline "
+                                        f"host on purpose ({', '.join(bundled_out)})"
+                                        if bundled_out else ""))
     lines.append(f"Environment {state}: {_locks(env)}")
     if env["tools"].get("nvcc"):
         lines.append(f"nvcc: {env['tools']['nvcc']}")

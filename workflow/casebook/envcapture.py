@@ -54,13 +54,17 @@ def installed() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def drift(locked: dict[str, str], found: dict[str, str]) -> list[dict[str, Any]]:
-    """Every locked package that is missing or at another version."""
-    return [
-        {"package": name, "locked": version, "found": found.get(name)}
-        for name, version in locked.items()
-        if found.get(name) != version
-    ]
+def drift(locked: dict[str, str], found: dict[str, str],
+          not_carried: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every locked package that is missing or at another version; a missing one that the
+    offline GPU host's bundle leaves out on purpose says why (``not_carried``)."""
+    out = []
+    for name, version in locked.items():
+        if found.get(name) != version:
+            out.append({"package": name, "locked": version, "found": found.get(name)})
+            if found.get(name) is None and name in (not_carried or {}):
+                out[-1]["not_carried"] = not_carried[name]
+    return out
 
 
 def _tool_version(tool: str) -> str | None:
@@ -81,7 +85,9 @@ def capture(lock_platform: str) -> dict[str, Any]:
     references = read_lock(paths.REFERENCE_LOCK)
     locked = {**read_lock(lock), **references}
     found = installed()
-    mismatches = drift(locked, found)
+    from casebook.wheelhouse import NOT_CARRIED
+
+    mismatches = drift(locked, found, NOT_CARRIED if lock_platform == "cuda" else None)
     return {
         "python": {
             "version": platform.python_version(),

@@ -55,8 +55,7 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
 
 def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--cores", "all", "--nolock",
-            "--rerun-incomplete", "--keep-going", "--configfile",
-            str(paths.SOURCE_ROOT / "configs" / "config.yaml"), overlay,
+            "--rerun-incomplete", "--keep-going", "--configfile", overlay,
             "--config", f"target={target}", "--", *targets]
 
 
