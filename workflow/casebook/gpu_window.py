@@ -38,7 +38,11 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
     """The validated window plan; its budgets must fit the window."""
     window = config.read_yaml(path)
     config.validate(path, window, WINDOW_SCHEMA)
-    spent = sum(step["budget_s"] for step in window["steps"]) + window["pack_s"]
+    for i, step in enumerate(window["steps"][:-1]):
+        if step["budget_s"] == "rest":
+            raise CasebookError(path, f"steps.{i}.budget_s", "only the last step takes the rest")
+    spent = sum(s["budget_s"] for s in window["steps"] if s["budget_s"] != "rest") \
+        + window["pack_s"]
     if spent > window["total_s"]:
         raise CasebookError(path, "steps", f"budgets and pack_s add up to {spent:g} s, "
                             f"more than total_s {window['total_s']:g}")
@@ -86,13 +90,16 @@ def describe(window: dict[str, Any], target: str) -> str:
              f"at most {window['total_s']:g} s in all (archive <= {window['archive_mib']:g} MiB)"]
     overlay = "<window config>"
     start = 0.0
+    end = window["total_s"] - window["pack_s"]
     for step, argv in zip(window["steps"], commands(window, target, overlay), strict=True):
         label = step["name"] + (f" {step['case']}" if "case" in step else "")
-        lines.append(f"  {start:5.0f} s +{step['budget_s']:4.0f} s  {label}: {step['what']}")
+        budget = end - start if step["budget_s"] == "rest" else step["budget_s"]
+        plus = f"≥{budget:3.0f}" if step["budget_s"] == "rest" else f"{budget:4.0f}"
+        lines.append(f"  {start:5.0f} s +{plus} s  {label}: {step['what']}")
         shown = step.get("tests") or argv[argv.index("--") + 1:]
         more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
         lines.append(f"               runs: {' '.join(argv[1:3])} {' '.join(shown[:3])}{more}")
-        start += step["budget_s"]
+        start += budget
     lines.append(f"  {start:5.0f} s +{window['pack_s']:4.0f} s  pack: results/{target}/ "
                  f"and logs/ into one .tar.xz")
     return "\n".join(lines)
@@ -130,7 +137,7 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
     argvs = commands(window, target, str(overlay))
     for index, (step, argv) in enumerate(zip(window["steps"], argvs, strict=True)):
         left = deadline - time.monotonic()
-        seconds = min(step["budget_s"], left)
+        seconds = left if step["budget_s"] == "rest" else min(step["budget_s"], left)
         log = Path(paths.log("gpu_window", f"{index:02d}_{step['name']}_{step.get('case', '')}"))
         entry = {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
                  "what": step["what"], "log": str(log)}
@@ -143,7 +150,7 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
         steps.append({**entry, "status": status, "exit_code": code,
                       "seconds": round(time.monotonic() - began, 1)})
         print(f"gpu_window: {step['name']} {step.get('case') or ''}: {status} "
-              f"({steps[-1]['seconds']:.0f} of {step['budget_s']:g} s)", flush=True)
+              f"({steps[-1]['seconds']:.0f} of {seconds:.0f} s)", flush=True)
     body = {"target": target, "total_s": window["total_s"],
             "seconds": round(time.monotonic() - start, 1), "steps": steps}
     records.write(paths.gpu_window_record(target), "gpu_window", body)
