@@ -15,9 +15,10 @@
 #                         (parts of at most 60 MiB) and case 03's builds (README: "GPU host
 #                         without network")
 #   make rehearse         the offline GPU host rehearsed on this CPU: Python 3.12 with the
-#                         host's packages (env/rehearsal.lock), the bundle installed with
-#                         --no-index into a copy of the tree, then a time-bounded subset of
-#                         the kernel tests, `snakemake -n` for h200 and gpu_run's dry run
+#                         host's packages (env/rehearsal.lock), a copy of the tree with the
+#                         bundle, benchmarks/gpu_host.sh --dry-run (installs it with
+#                         --no-index, prints the window's plan), then a time-bounded subset
+#                         of the kernel tests and `snakemake -n` for h200
 #   make lock             regenerate env/cpu.lock, env/cuda.lock, env/reference.lock and
 #                         env/rehearsal.lock
 #   make clean            remove generated records, figures and the site
@@ -38,8 +39,9 @@ REHEARSAL := build/rehearsal
 HOST_BIN := $(CURDIR)/$(REHEARSAL)/host/bin
 # The host has cuobjdump and nvdisasm on PATH; here they come from the CPU lock's wheels.
 CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13/bin))
-IN_HOST = cd $(REHEARSAL)/tree && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
-	PYTHONPATH=$(CURDIR)/$(REHEARSAL)/site:$(CURDIR)/$(REHEARSAL)/tree/workflow:$(CURDIR)/$(REHEARSAL)/tree
+TREE := $(CURDIR)/$(REHEARSAL)/tree
+IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
+	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)/workflow:$(TREE)
 # Each case's interpret-mode and lowering tests under jax 0.11.2 (about 4.5 min on 2 cores).
 REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
 	tests/test_capture.py tests/test_measure_engine.py tests/test_grouped_gemm_aot.py \
@@ -91,20 +93,18 @@ gpu-host: env
 	@ls -l $(BUNDLE)
 
 rehearse: gpu-host
-	rm -rf $(REHEARSAL) && mkdir -p $(REHEARSAL)/tree
+	rm -rf $(REHEARSAL) && mkdir -p $(REHEARSAL)/tree/build
 	$(HOST_PYTHON) -m venv $(REHEARSAL)/host
 	$(HOST_BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--require-hashes -r env/rehearsal.lock
 	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(REHEARSAL)/tree
-	tar -xJf $(BUNDLE)/case03-build.tar.xz -C $(REHEARSAL)/tree
-	PYTHONPATH=workflow $(HOST_BIN)/python -m casebook.wheelhouse install $(BUNDLE) \
-		$(REHEARSAL)/site
+	cp -r $(BUNDLE) $(REHEARSAL)/tree/build/
+	cd $(REHEARSAL)/tree && CASEBOOK_PYTHON=$(HOST_BIN)/python bash benchmarks/gpu_host.sh \
+		$(CURDIR)/$(REHEARSAL)/out --dry-run --target h200
 	$(IN_HOST) timeout 360 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
 		$(REHEARSED_TESTS)
 	$(IN_HOST) $(HOST_BIN)/python -m snakemake -n --quiet rules --cores all \
 		--config target=h200
-	$(IN_HOST) CASEBOOK_PYTHON=$(HOST_BIN)/python bash benchmarks/gpu_run.sh --dry-run \
-		--target h200
 
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \
