@@ -221,3 +221,32 @@ def test_the_windows_measurement_settings_reach_the_workflow(tmp_path, timeout_s
     if not ok:
         assert "measurement.timeout_s: -1 is less than or equal to the minimum of 0" in (
             done.stdout + done.stderr)
+
+
+def test_a_tree_without_git_names_the_commit_it_was_given(monkeypatch):
+    from casebook import provenance
+
+    monkeypatch.setattr(provenance, "_git", lambda *args: None)
+    monkeypatch.delenv(provenance.COMMIT_VARIABLE, raising=False)
+    assert provenance.commit.__wrapped__() == "unknown (not a git checkout)"
+    monkeypatch.setenv(provenance.COMMIT_VARIABLE, HEAD)
+    assert provenance.commit.__wrapped__() == HEAD
+
+
+def test_records_rewritten_under_results_leave_the_commit_clean(monkeypatch, tmp_path):
+    from casebook import provenance
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results/h200").mkdir(parents=True)
+    (tmp_path / "results/h200/env.json").write_text("{}")
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.setattr(paths, "SOURCE_ROOT", tmp_path)
+    (tmp_path / "results/h200/env.json").write_text('{"new": 1}')
+    assert not provenance.commit.__wrapped__().endswith("-dirty")
+    (tmp_path / "kernel.py").write_text("x = 2\n")
+    assert provenance.commit.__wrapped__().endswith("-dirty")
