@@ -4,9 +4,11 @@
 # pip --no-index, unpack case 03's builds, then run the GPU window (gpu_run.sh) with the
 # archive going to OUT. Extra arguments go to gpu_run.sh (e.g. --dry-run --target h200).
 #
-#   CASEBOOK_COMMIT=<sha> bash benchmarks/gpu_host.sh OUT     # CASEBOOK_COMMIT: no .git
+#   bash benchmarks/gpu_host.sh OUT
 #
-# CASEBOOK_PYTHON: the host's interpreter (default python3).
+# The records name the commit the bundle was made from (build/gpu-host/tree.json), marked
+# -dirty where a tracked file differs from it (the window then refuses to run), unless
+# CASEBOOK_COMMIT is set. CASEBOOK_PYTHON: the host's interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/gpu_host.sh OUT [gpu_run.sh arguments]}
@@ -14,5 +16,8 @@ shift
 python=${CASEBOOK_PYTHON:-python3}
 PYTHONPATH=workflow "$python" -m casebook.wheelhouse install build/gpu-host build/gpu-host/site
 tar -xJf build/gpu-host/case03-build.tar.xz
-export CASEBOOK_SITE="$PWD/build/gpu-host/site" CASEBOOK_PYTHON="$python"
+if [ -z "${CASEBOOK_COMMIT:-}" ]; then
+  CASEBOOK_COMMIT=$(PYTHONPATH=workflow "$python" -m casebook.wheelhouse commit build/gpu-host)
+fi
+export CASEBOOK_COMMIT CASEBOOK_SITE="$PWD/build/gpu-host/site" CASEBOOK_PYTHON="$python"
 exec bash benchmarks/gpu_run.sh --out "$out" "$@"

@@ -233,9 +233,9 @@ def test_a_tree_without_git_names_the_commit_it_was_given(monkeypatch):
     assert provenance.commit.__wrapped__() == HEAD
 
 
-def test_records_rewritten_under_results_leave_the_commit_clean(monkeypatch, tmp_path):
-    from casebook import provenance
-
+@pytest.fixture
+def repo(monkeypatch, tmp_path):
+    """A one-commit repository (a kernel and a committed record) as the project's root."""
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
 
@@ -246,6 +246,25 @@ def test_records_rewritten_under_results_leave_the_commit_clean(monkeypatch, tmp
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
     monkeypatch.setattr(paths, "SOURCE_ROOT", tmp_path)
+    return tmp_path
+
+
+def test_a_carried_tree_names_its_commit_only_while_unchanged(repo, monkeypatch):
+    from casebook import provenance
+
+    stamp = provenance.tree_stamp()
+    assert list(stamp["files"]) == ["kernel.py"] and len(stamp["commit"]) == 40
+    monkeypatch.setattr(provenance, "_git", lambda *args: None)  # the host: no git
+    (repo / "results/h200/env.json").write_text('{"new": 1}')
+    assert provenance.tree_commit(stamp) == (stamp["commit"], [])
+    (repo / "kernel.py").write_text("x = 2\n")
+    assert provenance.tree_commit(stamp) == (stamp["commit"] + "-dirty", ["kernel.py"])
+
+
+def test_records_rewritten_under_results_leave_the_commit_clean(repo):
+    from casebook import provenance
+
+    tmp_path = repo
     (tmp_path / "results/h200/env.json").write_text('{"new": 1}')
     assert not provenance.commit.__wrapped__().endswith("-dirty")
     (tmp_path / "kernel.py").write_text("x = 2\n")

@@ -70,3 +70,23 @@ def case_sources_sha256(case: str, case_path: Path) -> str:
 def known_commit(sha: str) -> bool:
     """Whether ``sha`` (40 hex digits) is a commit of this repository."""
     return len(sha) == 40 and _git("cat-file", "-e", f"{sha}^{{commit}}") is not None
+
+
+def tree_stamp() -> dict[str, object]:
+    """This checkout's commit and the sha256 of every tracked file outside results/: what a
+    copy of the tree carried without git (an offline GPU host) is checked against."""
+    listed = _git("ls-files", "-z", "--", ".", f":!{paths.RESULTS}") or ""
+    files = sorted(f for f in listed.split("\0") if f and (paths.SOURCE_ROOT / f).is_file())
+    return {"commit": commit.__wrapped__(),
+            "files": {f: file_sha256(paths.SOURCE_ROOT / f) for f in files}}
+
+
+def tree_commit(stamp: dict[str, object]) -> tuple[str, list[str]]:
+    """(commit, changed files) of this tree against ``stamp``: the stamp's commit where
+    every file it lists is here unchanged, else that commit marked ``-dirty``."""
+    changed = [f for f, digest in stamp["files"].items()
+               if not (paths.SOURCE_ROOT / f).is_file()
+               or file_sha256(paths.SOURCE_ROOT / f) != digest]
+    clean = str(stamp["commit"]).removesuffix("-dirty")
+    dirty = changed or str(stamp["commit"]).endswith("-dirty")
+    return (f"{clean}-dirty" if dirty else clean), changed

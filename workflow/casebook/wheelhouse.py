@@ -18,6 +18,7 @@ Standard library only at import: ``install`` runs before anything is installed.
     python -m casebook.wheelhouse plan                      # what is carried, and why not
     python -m casebook.wheelhouse build OUT [--max-part-mib 60]
     python -m casebook.wheelhouse install PARTS_DIR TARGET
+    python -m casebook.wheelhouse commit PARTS_DIR          # this tree's commit, checked
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from casebook import paths
+from casebook import paths, provenance
 from casebook.errors import CasebookError
 
 HOST_FILE = paths.ENV_DIR / "gpu-host.txt"
@@ -43,6 +44,7 @@ DEFAULT_MAX_PART = 60 * MIB
 MANIFEST = "wheelhouse.json"
 REQUIREMENTS = "requirements.txt"
 SOURCES = "sources"  # reference files, laid out as under site-packages
+TREE_STAMP = "tree.json"  # the commit and files of the tree the bundle was made from
 FORMAT = 1
 # The host's platform, as pip's download tags name it.
 PLATFORM = {"python_version": "3.12", "abi": "cp312", "implementation": "cp",
@@ -416,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     put = sub.add_parser("install", help="install the parts into a target folder, offline")
     put.add_argument("parts_dir", type=Path)
     put.add_argument("target", type=Path)
+    tree = sub.add_parser("commit", help="the commit of this tree, checked against the "
+                                         "bundle's tree.json (-dirty where files differ)")
+    tree.add_argument("parts_dir", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "plan":
@@ -424,13 +429,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}=={d['version']}: {d['decision']}")
         elif args.command == "build":
             done = build(args.out, int(args.max_part_mib * MIB), sources=reference_sources())
+            (args.out / TREE_STAMP).write_text(json.dumps(provenance.tree_stamp()) + "\n")
             for part in done["written"]:
                 print(f"{args.out / part['file']}: {part['bytes'] / MIB:.1f} MiB")
             print(f"{len(done['wheels'])} wheels and {len(done['sources'])} reference sources "
                   f"in {done['parts']} parts")
-        else:
+        elif args.command == "install":
             done = install(args.parts_dir, args.target)
             print(f"installed {len(done['wheels'])} wheels into {args.target}")
+        else:
+            stamp = args.parts_dir / TREE_STAMP
+            try:
+                found, changed = provenance.tree_commit(json.loads(stamp.read_text()))
+            except (OSError, ValueError) as error:
+                raise CasebookError(stamp, None, f"unreadable ({error})") from None
+            for name in changed:
+                print(f"casebook: changed since the bundle was made: {name}", file=sys.stderr)
+            print(found)
     except CasebookError as error:
         print(f"casebook: error: {error}", file=sys.stderr)
         return 1
