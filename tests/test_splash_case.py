@@ -134,6 +134,40 @@ def test_upstream_attention_mgpu_says_why_it_cannot_run(params, why):
         splash.baseline("attention_mgpu", params)
 
 
+@pytest.mark.parametrize(("params", "why"), [
+    (PORT_POINTS["mha_causal_f16"], "cuDNN attention needs an NVIDIA GPU; this host has none"),
+    (POINTS["gqa_local_bf16"], "left window only"),
+    (POINTS["mha_causal_f32"], "needs f16/bf16"),
+    (PACKED, "no logit soft cap"),
+    ({**PORT_POINTS["mha_causal_f16"], "segments": 2}, "not segment ids")])
+def test_cudnn_attention_says_why_it_cannot_run(params, why):
+    with pytest.raises(cases.NotRunnable, match=why):
+        splash.baseline("cudnn_dot_product_attention", params)
+
+
+def test_cudnn_attention_asks_jax_for_cudnn_on_a_gpu(monkeypatch, rng):
+    """On a GPU backend the baseline calls jax.nn with implementation='cudnn' (faked here:
+    the call is recorded and answered by the XLA implementation)."""
+    calls = []
+    real = jax.nn.dot_product_attention
+
+    def recording(*args, implementation=None, **kwargs):
+        calls.append({"implementation": implementation, **kwargs})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
+    params = {**POINTS["gqa_local_bf16"], "mask": {"kind": "local", "window": [100, 0]}}
+    runnable = splash.baseline("cudnn_dot_product_attention", params)
+    assert runnable.execution["mode"].startswith("cuDNN flash attention")
+    inputs = splash.make_inputs(params, rng)
+    got = run(runnable, inputs)
+    assert calls[-1]["implementation"] == "cudnn"
+    assert calls[-1]["local_window_size"] == (100, 0) and not calls[-1]["is_causal"]
+    atol, rtol = TOL["bfloat16"]
+    assert compare(got, splash.oracle(params, inputs)["out"], atol, rtol)["passed"]
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("name", "baseline"), [
     (name, baseline) for name in sorted({**POINTS, **PORT_POINTS, "packed": PACKED})

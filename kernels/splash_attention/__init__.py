@@ -145,7 +145,7 @@ def reset() -> None:
 
 def baseline(name: str, params: dict[str, Any]) -> Runnable:
     return from_jax(baselines.make(name, params), INPUTS,
-                    {"mode": "XLA", "interpret": False, "poisoned": False,
+                    {"mode": baselines.MODES[name], "interpret": False, "poisoned": False,
                      "race_detection": False})
 
 

@@ -31,7 +31,8 @@ def dense_masked(params: dict[str, Any]) -> Callable:
 
 
 def xla_dot_product_attention(params: dict[str, Any]) -> Callable:
-    """``jax.nn.dot_product_attention`` (XLA on CPU; cuDNN where the platform has it).
+    """``jax.nn.dot_product_attention`` with its default implementation, which is XLA's
+    on every platform (jax 0.10 and 0.11 choose XLA for ``implementation=None``).
 
     Packed sequences go in as its ``q_seqlen``-free boolean ``mask``; it has no logit
     soft cap, so a point with one cannot be run by it."""
@@ -57,6 +58,43 @@ def xla_dot_product_attention(params: dict[str, Any]) -> Callable:
             q4, k4, v4, mask=packed, scale=1.0, is_causal=spec["kind"] == "causal",
             local_window_size=window)
         return out[0].transpose(1, 0, 2).astype(dtype)
+
+    return attend
+
+
+def cudnn_gap(params: dict[str, Any]) -> str | None:
+    """Why cuDNN's attention through jax.nn cannot compute this point's attention, or None."""
+    spec = params["mask"]
+    if params.get("soft_cap") is not None:
+        return "jax.nn.dot_product_attention has no logit soft cap"
+    if segment_ids(params) is not None:
+        return "jax.nn passes cuDNN sequence lengths, not segment ids"
+    if params["dtype"] not in ("float16", "bfloat16"):
+        return "cuDNN flash attention needs f16/bf16"
+    if spec["kind"] == "local" and spec["window"][1] != 0:
+        return "cuDNN takes a left window only (right window 0) without a causal mask"
+    if spec["kind"] not in ("causal", "local"):
+        return f"cuDNN through jax.nn has no {spec['kind']} mask"
+    return None
+
+
+def cudnn_dot_product_attention(params: dict[str, Any]) -> Callable:
+    """``jax.nn.dot_product_attention(implementation="cudnn")``: cuDNN's fused flash
+    attention, where it applies; on NVIDIA GPUs only."""
+    why = cudnn_gap(params)
+    if why:
+        raise NotRunnable(why)
+    if jax.default_backend() != "gpu":
+        raise NotRunnable("cuDNN attention needs an NVIDIA GPU; this host has none")
+    spec = params["mask"]
+    window = None if spec["kind"] == "causal" else tuple(spec["window"])
+
+    def attend(q, k, v):  # [H, S, D] -> [B=1, S, H, D] and back; q is pre-scaled
+        q4, k4, v4 = (x.transpose(1, 0, 2)[None] for x in (q, k, v))
+        out = jax.nn.dot_product_attention(
+            q4, k4, v4, scale=1.0, is_causal=spec["kind"] == "causal",
+            local_window_size=window, implementation="cudnn")
+        return out[0].transpose(1, 0, 2)
 
     return attend
 
@@ -96,7 +134,15 @@ def attention_mgpu(params: dict[str, Any]) -> Callable:
 
 
 BASELINES = {"dense_masked": dense_masked, "xla_dot_product_attention": xla_dot_product_attention,
+             "cudnn_dot_product_attention": cudnn_dot_product_attention,
              "attention_mgpu": attention_mgpu}
+# How each runs, as its records say.
+MODES = {"dense_masked": "XLA",
+         "xla_dot_product_attention": "XLA (jax.nn.dot_product_attention, implementation "
+                                      "None, which is XLA)",
+         "cudnn_dot_product_attention": "cuDNN flash attention (jax.nn.dot_product_attention, "
+                                        "implementation='cudnn')",
+         "attention_mgpu": "Pallas Mosaic GPU kernel (upstream attention_mgpu)"}
 
 
 def make(name: str, params: dict[str, Any]) -> Callable:
