@@ -121,12 +121,14 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
                if p.parent.parent.name in ("time", "baseline")]
     measured = [r["measurement"] for r in records if r["timed"]]
     # Two kernels and two baselines at one point; upstream attention_mgpu (sm_90 only)
-    # is recorded as not run here, with its reason, on the page too.
-    assert len(measured) == 4 and len(records) == 5
-    (not_run,) = [r for r in records if not r["timed"]]
-    assert not_run["baseline"] == "attention_mgpu"
-    assert "not run here" in not_run["not_timed_reason"]
-    assert html.escape(not_run["not_timed_reason"], quote=False) in page
+    # and cuDNN attention (NVIDIA GPUs only) are recorded as not run here, each with its
+    # reason, on the page too.
+    assert len(measured) == 4 and len(records) == 6
+    not_run = [r for r in records if not r["timed"]]
+    assert {r["baseline"] for r in not_run} == {"attention_mgpu", "cudnn_dot_product_attention"}
+    for record in not_run:
+        assert "not run here" in record["not_timed_reason"]
+        assert html.escape(record["not_timed_reason"], quote=False) in page
     floor_text = f"±{floor['noise_floor']:.1%}"
     assert floor_text in page
     for m in measured:
