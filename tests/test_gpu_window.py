@@ -269,3 +269,25 @@ def test_records_rewritten_under_results_leave_the_commit_clean(repo):
     assert not provenance.commit.__wrapped__().endswith("-dirty")
     (tmp_path / "kernel.py").write_text("x = 2\n")
     assert provenance.commit.__wrapped__().endswith("-dirty")
+
+
+def test_a_stopped_step_leaves_no_job_behind(tmp_path):
+    """A job that ignores SIGTERM, started by the step, is killed with the step's group."""
+    pid_file = tmp_path / "job.pid"
+    job = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+           f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)")
+    step = ("import subprocess, sys, time; "
+            f"subprocess.Popen([sys.executable, '-c', {job!r}]); time.sleep(60)")
+    start = time.monotonic()
+    status, code = gpu_window._run([sys.executable, "-c", step], 2, tmp_path / "step.log")
+    assert (status, code) == ("stopped at its budget", None)
+    assert time.monotonic() - start < 15
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"job {pid} outlived its stopped step")

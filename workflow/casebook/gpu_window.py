@@ -15,6 +15,7 @@ outcome) and packs ``results/<target>/`` and the logs into one archive
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -118,8 +119,10 @@ def _run(argv: list[str], seconds: float, log: Path) -> tuple[str, int | None]:
             try:
                 child.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
+                child.kill()
                 child.wait()
+            with contextlib.suppress(ProcessLookupError):  # jobs it left behind
+                os.killpg(child.pid, signal.SIGKILL)
             return "stopped at its budget", None
         except BaseException:
             os.killpg(child.pid, signal.SIGKILL)
