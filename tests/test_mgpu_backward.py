@@ -270,3 +270,36 @@ def test_the_default_backward_tiles_fit_every_head_dim():
         assert config.stages == stages
         assert max(mgpu_backward.smem_bytes(mgpu.problem(params), config, False).values()) \
             <= mgpu_forward.SMEM_LIMIT_BYTES
+
+
+def _bad(q, k, v, seg):
+    """Each bad input the reviewer found, and one of each kind besides."""
+    return {
+        "q f16, k and v bf16": (q, k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), None,
+                                r"q, k, v: dtypes float16, bfloat16, bfloat16; need one dtype"),
+        "head dims 64 vs 128": (q, jnp.concatenate([k, k], axis=2), v, None,
+                                r"k: head dim 128; needs q's head dim 64"),
+        "segment ids too short": (q, k, v, splash.SegmentIds(q=seg.q[:64], kv=seg.kv),
+                                  r"segment_ids\.q: shape \(64,\); needs \(128,\)"),
+        "segment ids not integers": (q, k, v, splash.SegmentIds(
+            q=seg.q.astype(np.float32), kv=seg.kv), r"segment_ids\.q: dtype float32"),
+        "v of another length": (q, k, v[:, :64], None, r"v: \(2, 64, 64\); needs k's heads"),
+        "k MQA, v MHA": (q, k[0], v, None, r"k and v: \(128, 64\) and \(2, 128, 64\)"),
+    }
+
+
+BAD = ["q f16, k and v bf16", "head dims 64 vs 128", "segment ids too short",
+       "segment ids not integers", "v of another length", "k MQA, v MHA"]
+
+
+@pytest.mark.parametrize("entry", ["forward", "vjp"])
+@pytest.mark.parametrize("case", BAD)
+def test_a_bad_input_is_named_before_anything_is_traced(rng, entry, case):
+    """One ValueError naming the argument, what it got and what it needs."""
+    q, k, v = (jnp.asarray(x) for x in inputs(rng, 2, 2, 64, 64, "float16", s=128))
+    q, k, v, segment_ids, message = _bad(q, k, v, segments(rng, s=128))[case]
+    mask = mask_of("causal", 2, rng, s=128)
+    call = mgpu_forward.splash_attention if entry == "forward" else \
+        mgpu_autodiff.splash_attention
+    with pytest.raises(ValueError, match=message):
+        call(mask, q, k, v, segment_ids=segment_ids, interpret=None)

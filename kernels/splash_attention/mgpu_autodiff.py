@@ -19,9 +19,6 @@ BACKWARD_CONFIG = mgpu_backward.BackwardConfig()
 
 
 def _problem(mask, q, k, v, segment_ids, soft_cap, return_lse=False):
-    if mask.shape != (q.shape[0], q.shape[1], k.shape[1]):
-        raise ValueError(f"mask shape {mask.shape} != (Hq, Sq, Skv) = "
-                         f"{(q.shape[0], q.shape[1], k.shape[1])}")
     return mgpu_forward.Problem(q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2],
                                 v.shape[2], jnp.dtype(q.dtype).name, soft_cap=soft_cap,
                                 segment_ids=segment_ids is not None, return_lse=return_lse)
@@ -36,8 +33,7 @@ def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None 
     Arguments as ``mgpu_forward.splash_attention`` (MQA: k, v [Skv, D]; their gradients
     come back in the same shape, summed over every query head that reads them).
     """
-    mqa = k.ndim == 2
-    k3, v3 = (k[None], v[None]) if mqa else (k, v)
+    q, k3, v3 = mgpu_forward.check_inputs(mask, q, k, v, segment_ids)
     problem = _problem(mask, q, k3, v3, segment_ids, soft_cap, return_lse=True)
     forward = mgpu_forward.make(problem, config,
                                 block_plan.plan(mask, config.block_q, config.block_kv),

@@ -361,6 +361,35 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
     return forward
 
 
+def check_inputs(mask, q, k, v, segment_ids=None):
+    """(q, k, v) with MQA's k and v made [1, S, D]; a ValueError naming the argument, what
+    it got and what it needs, before anything is traced. Used by every public entry."""
+    if k.ndim != v.ndim:
+        raise ValueError(f"k and v: {k.shape} and {v.shape}; both [H,S,D] or both [S,D] (MQA)")
+    if k.ndim == 2:  # MQA: one K/V shared by every query head
+        k, v = k[None], v[None]
+    if q.ndim != 3 or k.ndim != 3:
+        raise ValueError(f"q: {q.shape}, k: {k.shape}; q needs [H,S,D], k and v [H,S,D] or "
+                         "[S,D]")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"v: {v.shape}; needs k's heads and length {k.shape[:2]}")
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"k: head dim {k.shape[2]}; needs q's head dim {q.shape[2]}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k, v: dtypes {q.dtype}, {k.dtype}, {v.dtype}; need one dtype")
+    if mask.shape != (q.shape[0], q.shape[1], k.shape[1]):
+        raise ValueError(f"mask: shape {mask.shape}; needs (Hq, Sq, Skv) = "
+                         f"{(q.shape[0], q.shape[1], k.shape[1])}")
+    if segment_ids is not None:
+        for name, ids, length in (("segment_ids.q", segment_ids.q, q.shape[1]),
+                                  ("segment_ids.kv", segment_ids.kv, k.shape[1])):
+            if tuple(np.shape(ids)) != (length,):
+                raise ValueError(f"{name}: shape {tuple(np.shape(ids))}; needs ({length},)")
+            if not jnp.issubdtype(jnp.asarray(ids).dtype, jnp.integer):
+                raise ValueError(f"{name}: dtype {jnp.asarray(ids).dtype}; needs integers")
+    return q, k, v
+
+
 def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None = None,
                      return_lse: bool = False, config: TuningConfig = TuningConfig(),
                      interpret: Any = None):
@@ -371,20 +400,7 @@ def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None 
     (MQA); ``segment_ids``: upstream ``SegmentIds(q=[Sq], kv=[Skv])`` or None.
     Returns out [Hq, Sq, Dv] (and logsumexp [Hq, Sq] when ``return_lse``).
     """
-    if k.ndim == 2 and v.ndim == 2:  # MQA: one K/V shared by every query head
-        k, v = k[None], v[None]
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
-        raise ValueError(f"want q [H,S,D] and k, v [H,S,D] or [S,D]; got {q.shape=}, "
-                         f"{k.shape=}, {v.shape=}")
-    if k.shape[:2] != v.shape[:2]:
-        raise ValueError(f"k {k.shape} and v {v.shape} must agree on heads and length")
-    if q.shape[2] != k.shape[2]:
-        raise ValueError(f"q {q.shape} and k {k.shape} must share the head dimension")
-    if not q.dtype == k.dtype == v.dtype:
-        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
-    if mask.shape != (q.shape[0], q.shape[1], k.shape[1]):
-        raise ValueError(f"mask shape {mask.shape} != (Hq, Sq, Skv) = "
-                         f"{(q.shape[0], q.shape[1], k.shape[1])}")
+    q, k, v = check_inputs(mask, q, k, v, segment_ids)
     from kernels.splash_attention import block_plan
 
     problem = Problem(q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2],
