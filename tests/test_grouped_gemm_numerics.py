@@ -124,3 +124,29 @@ def test_the_example_rule_rejects_near_cancellation_that_the_bound_accepts():
     assert numerics.example_rule_failures(got, want) == 2
     p = grouped()
     assert numerics.compare(p, got, want, TOLERANCE)["passed"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda x: {**x, "a": x["a"].astype(np.float32)}, "a: dtype float32; needs bfloat16"),
+    (lambda x: {**x, "b": x["b"].astype(ml_dtypes.float8_e4m3fn)},
+     "b: dtype float8_e4m3fn; needs float8_e5m2"),
+    (lambda x: {**x, "scale": np.concatenate([x["scale"]] * 2, axis=1)},
+     r"scale: shape \(2, 4, 256\); needs \(2, 2, 256\)"),
+    (lambda x: {**x, "scale": x["scale"][:, :1]}, r"scale: shape \(2, 1, 256\)"),
+    (lambda x: {**x, "scale": x["scale"].transpose(0, 2, 1)},
+     r"scale: shape \(2, 256, 2\); needs \(2, 2, 256\) \(groups, ceil\(K/c\), N\)"),
+    (lambda x: {k: v for k, v in x.items() if k != "c"}, r"c: missing"),
+])
+@pytest.mark.parametrize("entry", ["model", "oracle", "plugin"])
+def test_a_bad_input_is_named_not_broadcast(rng, change, message, entry):
+    """Wrong dtypes and scale layouts, refused by name where they used to pass silently or
+    end in a numpy broadcast error."""
+    params = {"m": [16, 32], "n": 256, "k": 256, "chunk": 128, "mode": "scale_only"}
+    problem_ = problem.from_params(params)
+    inputs = change(numerics.make_inputs(problem_, rng))
+    with pytest.raises(ValueError, match=message):
+        if entry == "plugin":
+            runnable = case.kernel("model", params, "check")
+            runnable.call(*runnable.prepare(inputs))
+        else:
+            getattr(numerics, entry)(problem_, inputs)

@@ -31,6 +31,7 @@ def ragged_dot_bf16(problem: GroupedProblem) -> Runnable:
         "poisoned": False, "race_detection": False})
 
     def prepare(inputs):
+        numerics.check_inputs(problem, inputs)
         converted = numerics.dequantize(problem, inputs["b"], inputs["scale"])
         return runnable.prepare({**inputs, "b_bf16": converted.astype(ml_dtypes.bfloat16)})
 

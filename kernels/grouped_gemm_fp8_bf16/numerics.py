@@ -54,6 +54,30 @@ def make_inputs(problem: GroupedProblem, rng: np.random.Generator) -> dict[str, 
     }
 
 
+def expected_inputs(problem: GroupedProblem) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Each input's (shape, dtype) as ``make_inputs`` lays them out."""
+    rows = sum(problem.m)
+    return {"a": ((rows, problem.k), ml_dtypes.bfloat16),
+            "b": ((problem.groups, problem.n, problem.k), ml_dtypes.float8_e5m2),
+            "scale": ((problem.groups, problem.scale_k, problem.n), ml_dtypes.bfloat16),
+            "c": ((rows, problem.n), np.float16)}
+
+
+def check_inputs(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> None:
+    """A ValueError naming the input, what it got and what it needs (shape, dtype)."""
+    for name, (shape, dtype) in expected_inputs(problem).items():
+        if name not in inputs:
+            raise ValueError(f"{name}: missing; needs {shape} {np.dtype(dtype).name}")
+        got = inputs[name]
+        if np.dtype(got.dtype) != np.dtype(dtype):
+            raise ValueError(f"{name}: dtype {np.dtype(got.dtype).name}; needs "
+                             f"{np.dtype(dtype).name}")
+        if tuple(got.shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(got.shape)}; needs {shape}"
+                             + (" (groups, ceil(K/c), N), N contiguous" if name == "scale"
+                                else ""))
+
+
 def dequantize(problem: GroupedProblem, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """The bf16 operand the MMA sees, (groups, N, K), as float32 values."""
     converted = b.astype(np.float32)
@@ -70,6 +94,7 @@ def _groups(problem: GroupedProblem):
 
 def oracle(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """D in float64 on the same (rounded) inputs and the same dequantized operand."""
+    check_inputs(problem, inputs)
     operand = dequantize(problem, inputs["b"], inputs["scale"]).astype(np.float64)
     a, c = inputs["a"].astype(np.float64), inputs["c"].astype(np.float64)
     out = np.empty(c.shape, np.float64)
@@ -80,6 +105,7 @@ def oracle(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray
 
 def model(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """The kernel's arithmetic in numpy: bf16 operand, fp32 accumulate and epilogue, f16 out."""
+    check_inputs(problem, inputs)
     operand = dequantize(problem, inputs["b"], inputs["scale"])
     a, c = inputs["a"].astype(np.float32), inputs["c"].astype(np.float32)
     out = np.empty(c.shape, np.float16)
