@@ -26,6 +26,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret, mgpu_lowering
+from kernels.moe_nvfp4 import arguments
 from kernels.moe_nvfp4 import mgpu_mainloop as loop
 from kernels.moe_nvfp4.mgpu_quantize import merge_scale_bytes, quantize_pair
 
@@ -115,7 +116,9 @@ def make(experts: int, m: int, n: int, k: int, config: FusedConfig, interpret: A
                   jax.ShapeDtypeStruct((experts, m, n // 16), jnp.uint8)),
         grid=(experts, n // ACT_BLOCK, m // bm), grid_names=("experts", "act_blocks", "m_blocks"),
         scratch_types=scratch_types(config), interpret=interpret)
-    return call
+    return arguments.checked(call, ("a1", "a1_scales", "w1_fused", "w1_scales_fused", "alpha1",
+                                    "a2_gs", "masked_m"), arg_shapes(experts, m, n, k), m,
+                             {"a1_scales": arguments.ROW_MAJOR})
 
 
 def arg_shapes(experts: int, m: int, n: int, k: int) -> tuple[jax.ShapeDtypeStruct, ...]:

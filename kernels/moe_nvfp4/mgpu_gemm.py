@@ -25,6 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret, mgpu_lowering
+from kernels.moe_nvfp4 import arguments
 from kernels.moe_nvfp4 import mgpu_mainloop as loop
 
 
@@ -129,10 +130,13 @@ def make(problem: Problem, config: TuningConfig, interpret: Any = None):
         grid, names = (config.persistent_ctas,), ("ctas",)
     else:
         grid, names = (problem.experts, n_blocks, m_blocks), ("experts", "n_blocks", "m_blocks")
-    return plgpu.kernel(
+    call = plgpu.kernel(
         body,
         out_type=jax.ShapeDtypeStruct((problem.experts, problem.m, problem.n), jnp.bfloat16),
         grid=grid, grid_names=names, scratch_types=scratch_types(config), interpret=interpret)
+    return arguments.checked(call, ("a", "a_scales", "b_t", "b_scales_t", "alpha", "masked_m"),
+                             arg_shapes(problem), problem.m,
+                             {"a_scales": arguments.ROW_MAJOR})
 
 
 def arg_shapes(problem: Problem) -> tuple[jax.ShapeDtypeStruct, ...]:

@@ -30,7 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret
-from kernels.moe_nvfp4 import encode
+from kernels.moe_nvfp4 import arguments, encode
 from kernels.moe_nvfp4.mgpu_mainloop import WGMMA, store_valid_rows, swizzled
 
 K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
@@ -159,5 +159,8 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
         packed, scales = call(words, gs, masked_m)
         return packed, scales.reshape(experts, -1) if swizzle else scales
 
-    return quantize
+    shapes = (jax.ShapeDtypeStruct((experts, m, k), jnp.bfloat16),
+              jax.ShapeDtypeStruct((experts,), jnp.float32),
+              jax.ShapeDtypeStruct((experts,), jnp.int32))
+    return arguments.checked(quantize, ("x", "gs", "masked_m"), shapes, m)
 
