@@ -71,6 +71,14 @@ def read_yaml(path: Path) -> Any:
         raise CasebookError(path, None, f"not valid YAML ({error})") from None
 
 
+def load_global() -> dict[str, Any]:
+    """configs/config.yaml, validated, with the schema's defaults filled in."""
+    path = paths.SOURCE_ROOT / "configs" / "config.yaml"
+    settings = read_yaml(path)
+    validate(path, settings, paths.CONFIG_SCHEMA)
+    return settings
+
+
 def case_path(case_dir: str | Path, name: str) -> Path:
     """The config file of case ``name``; ``case_dir`` is relative to the sources."""
     return paths.SOURCE_ROOT / case_dir / f"{name}.yaml"

@@ -66,9 +66,7 @@ def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
 
 def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[str]]:
     """The command line of each step, in order."""
-    global_path = paths.SOURCE_ROOT / "configs" / "config.yaml"
-    global_config = config.read_yaml(global_path)
-    config.validate(global_path, global_config, paths.CONFIG_SCHEMA)  # fills defaults
+    global_config = config.load_global()
     out = []
     for step in window["steps"]:
         if step["name"] == "records":

@@ -24,7 +24,6 @@ Standard library only at import: ``install`` runs before anything is installed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import subprocess
@@ -36,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from casebook import paths, provenance
+from casebook.envcapture import normalize
 from casebook.errors import CasebookError
+from casebook.provenance import file_sha256
 
 HOST_FILE = paths.ENV_DIR / "gpu-host.txt"
 MIB = 1 << 20
@@ -70,11 +71,6 @@ NOT_CARRIED = {
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
 _VIA = re.compile(r"^\s+#\s+(?:via\s+)?(\S.*)$")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalisation."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass
@@ -228,14 +224,6 @@ def _tar_size(sizes: list[int]) -> int:
     return -(-body // 10240) * 10240
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _chunks(wheel: Path, size: int) -> list[Path]:
     out = []
     with wheel.open("rb") as handle:
@@ -256,9 +244,7 @@ def reference_sources() -> list[tuple[Path, str, str]]:
 
     from casebook import config
 
-    global_path = paths.SOURCE_ROOT / "configs" / "config.yaml"
-    settings = config.read_yaml(global_path)
-    config.validate(global_path, settings, paths.CONFIG_SCHEMA)
+    settings = config.load_global()
     references = [importlib.import_module(f"kernels.{case}").reference_file()
                   for case in settings["cases"]]
     wanted = {str(Path(r).resolve()) for r in references if r}
@@ -296,7 +282,7 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
         wheels, files, requirements = [], [], []
         for wheel, origin in _download(pins, staging):
             wheel = wheel.rename(staging / wheel.name)
-            entry = {"file": wheel.name, "sha256": _sha256(wheel), "size": wheel.stat().st_size,
+            entry = {"file": wheel.name, "sha256": file_sha256(wheel), "size": wheel.stat().st_size,
                      **origin}
             name, version = wheel.name.split("-")[:2]
             requirements.append(f"{name}=={version} --hash=sha256:{entry['sha256']}\n")
@@ -311,7 +297,7 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
             copy = staging / SOURCES / name
             copy.parent.mkdir(parents=True, exist_ok=True)
             copy.write_bytes(source.read_bytes())
-            carried_sources.append({"path": name, "sha256": _sha256(copy), "from": origin})
+            carried_sources.append({"path": name, "sha256": file_sha256(copy), "from": origin})
             files.append(copy)
         bins: list[list[Path]] = []  # first fit, largest first
         for item in sorted(files, key=lambda p: -p.stat().st_size):
@@ -323,7 +309,7 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
                 bins.append([item])
         manifest = {"format": FORMAT, "parts": len(bins), "max_part_bytes": max_part,
                     "platform": PLATFORM, "lock": lock_path.name,
-                    "lock_sha256": _sha256(lock_path), "wheels": wheels,
+                    "lock_sha256": file_sha256(lock_path), "wheels": wheels,
                     "sources": carried_sources}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         written = []
@@ -379,11 +365,11 @@ def reassemble(parts_dir: Path, into: Path) -> dict:
                 for chunk in wheel["chunks"]:
                     handle.write((into / chunk).read_bytes())
                     (into / chunk).unlink()
-        if not target.exists() or _sha256(target) != wheel["sha256"]:
+        if not target.exists() or file_sha256(target) != wheel["sha256"]:
             raise CasebookError(parts_dir, wheel["file"], "missing or sha256 differs")
     for source in manifest["sources"]:
         copy = into / SOURCES / source["path"]
-        if not copy.exists() or _sha256(copy) != source["sha256"]:
+        if not copy.exists() or file_sha256(copy) != source["sha256"]:
             raise CasebookError(parts_dir, source["path"], "missing or sha256 differs")
     return manifest
 
