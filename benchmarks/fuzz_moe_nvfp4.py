@@ -65,7 +65,7 @@ def variant_draw(name: str, rng: np.random.Generator, spec: dict) -> dict:
     got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     seconds = time.perf_counter() - start
     check = verify.check_outputs(
-        params, got, moe.oracle(params, inputs),
+        params, inputs, got, moe.oracle(params, inputs),
         lambda output: config.tolerance(spec, "nvfp4", output, "moe_nvfp4.yaml"), moe.compare)
     return {"variant": name, "params": params, "masked_m": inputs["masked_m"].tolist(),
             "passed": check["passed"] and not moe.races_found(),

@@ -23,7 +23,7 @@ def tolerance(output):
 
 def check(params, runnable, inputs):
     got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
-    return got, verify.check_outputs(params, got, moe.oracle(params, inputs), tolerance,
+    return got, verify.check_outputs(params, inputs, got, moe.oracle(params, inputs), tolerance,
                                      moe.compare)
 
 
@@ -97,15 +97,15 @@ def test_the_checks_fail_a_wrong_code_and_a_wrong_value(rng):
     codes[row, 0, 0] = (codes[row, 0, 0] + 3) % 8  # a code three steps away
     planes = np.stack([nvfp4.e2m1_value(codes), np.repeat(
         nvfp4.e4m3_value(inputs["a1_scales"]), nvfp4.BLOCK, axis=-1)])
-    assert not moe.compare(POINT, "a1", planes, want["a1"], tolerance("a1"))["passed"]
+    assert not moe.compare(POINT, {}, "a1", planes, want["a1"], tolerance("a1"))["passed"]
     planes[0] = nvfp4.e2m1_value(nvfp4.unpack(inputs["a1_packed"]))
-    assert moe.compare(POINT, "a1", planes, want["a1"], tolerance("a1"))["passed"]
+    assert moe.compare(POINT, {}, "a1", planes, want["a1"], tolerance("a1"))["passed"]
     out = np.nan_to_num(want["out"][0]).copy()
-    assert moe.compare(POINT, "out", out, want["out"], tolerance("out"))["passed"]
+    assert moe.compare(POINT, {}, "out", out, want["out"], tolerance("out"))["passed"]
     out[row, 0, 0] += 0.02 * np.abs(out[row]).max()
-    assert not moe.compare(POINT, "out", out, want["out"], tolerance("out"))["passed"]
+    assert not moe.compare(POINT, {}, "out", out, want["out"], tolerance("out"))["passed"]
     out[row, 0, 0] = np.nan
-    assert not moe.compare(POINT, "out", out, want["out"], tolerance("out"))["passed"]
+    assert not moe.compare(POINT, {}, "out", out, want["out"], tolerance("out"))["passed"]
 
 
 @pytest.mark.timeout(120)

@@ -46,10 +46,10 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     return builds.build(variant, problem.from_params(params), paths.build_dir(CASE))
 
 
-def compare(params: dict[str, Any], output: str, got: np.ndarray, want: np.ndarray,
-            tolerance: dict[str, Any]) -> dict[str, Any]:
-    """The derived fp32 bound (numerics.compare), with the example's rule beside it."""
-    return numerics.compare(problem.from_params(params), got, want, tolerance)
+def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
+            got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any]) -> dict[str, Any]:
+    """The per-element fp32 bound (numerics.compare), with the example's rule beside it."""
+    return numerics.compare(problem.from_params(params), inputs, got, want, tolerance)
 
 
 def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:

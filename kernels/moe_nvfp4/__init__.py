@@ -33,8 +33,8 @@ def oracle(params: dict[str, Any], given: dict[str, np.ndarray]) -> dict[str, np
     return oracle_planes.oracle(given)
 
 
-def compare(params: dict[str, Any], output: str, got: np.ndarray, want: np.ndarray,
-            tolerance: dict[str, Any]) -> dict[str, Any]:
+def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
+            got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any]) -> dict[str, Any]:
     return checks.compare(output, got, want, tolerance)
 
 

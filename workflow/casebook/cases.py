@@ -10,8 +10,9 @@
 - ``reference_file() -> str | None``: the upstream source actually used or read (None:
   the reference is not installed on this host).
 
-Optional: ``compare(params, output, got, want, tolerance) -> dict | None``, a case's own
-check of one named output (None: the elementwise default, ``verify.compare``).
+Optional: ``compare(params, inputs, output, got, want, tolerance) -> dict | None``, a
+case's own check of one named output on ``inputs`` (None: the elementwise default,
+``verify.compare``).
 Optional: ``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes,
 tie_rule}``,
 the tile rows the autotune rule measures for a variant (``casebook.autotune``).

@@ -92,7 +92,7 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
     seed = verify.draw_seed()
     inputs = plugin.make_inputs(params, np.random.default_rng(seed))
     check = verify.check_outputs(
-        params, runnable.fetch(runnable.call(*runnable.prepare(inputs))),
+        params, inputs, runnable.fetch(runnable.call(*runnable.prepare(inputs))),
         plugin.oracle(params, inputs), verify.tolerance_of(spec, params, path),
         getattr(plugin, "compare", None))
     body.update(seed=seed, execution=runnable.execution, check=check)

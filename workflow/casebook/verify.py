@@ -61,7 +61,8 @@ def compare(out: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict
     }
 
 
-def check_outputs(params: dict[str, Any], got: Any, want: Any, tolerance: Tolerance,
+def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: Any,
+                  want: Any, tolerance: Tolerance,
                   own_compare: Callable[..., dict[str, Any] | None] | None = None
                   ) -> dict[str, Any]:
     """Every output the kernel returned against the oracle's output of that name, and the
@@ -75,7 +76,8 @@ def check_outputs(params: dict[str, Any], got: Any, want: Any, tolerance: Tolera
                              "max_abs_error": None, "worst_error_over_tolerance": None}
             continue
         tol = tolerance(name)
-        check = own_compare(params, name, value, want[name], tol) if own_compare else None
+        check = (own_compare(params, inputs, name, value, want[name], tol) if own_compare
+                 else None)
         outputs[name] = check if check is not None else compare(
             value, want[name], tol["atol"], tol["rtol"])
     if not outputs:
@@ -113,7 +115,7 @@ def check_trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[
         got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
         return {"passed": False, "error": f"{type(error).__name__}: {error}"}
-    return check_outputs(params, got, want, tolerance, own_compare)
+    return check_outputs(params, inputs, got, want, tolerance, own_compare)
 
 
 def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> Tolerance:
