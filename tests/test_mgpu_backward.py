@@ -14,6 +14,7 @@ Every interpret test has a timeout: a barrier bug makes the interpreter hang.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -303,3 +304,109 @@ def test_a_bad_input_is_named_before_anything_is_traced(rng, entry, case):
         mgpu_autodiff.splash_attention
     with pytest.raises(ValueError, match=message):
         call(mask, q, k, v, segment_ids=segment_ids, interpret=None)
+
+
+# The backward entries, each made for one problem (GQA, Dqk != Dv, segment ids).
+HQ, HKV, SQ, DQK, DV = 2, 1, 128, 64, 128
+SEGMENTED = mgpu_forward.Problem(HQ, HKV, SQ, SQ, DQK, DV, "float16", segment_ids=True)
+UNSEGMENTED = dataclasses.replace(SEGMENTED, segment_ids=False)
+BACKWARD_ENTRIES = ["make", "make_dq", "make_dkv"]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Each backward kernel replaced by one that records its launch (its grid's second
+    axis) and returns zeros of its outputs: the checks run, nothing is traced."""
+    calls = []
+
+    def kernel(body, *, out_type, grid_names, **_):
+        def launch(*args):
+            calls.append(grid_names[1])
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_type)
+        return launch
+
+    monkeypatch.setattr(mgpu_backward.plgpu, "kernel", kernel)
+    return calls
+
+
+def backward_entry(entry, problem=SEGMENTED):
+    """``entry`` made for ``problem``, and good arguments for it by name."""
+    mask = mask_of("causal", HQ, None, s=SQ)
+    q, do = jnp.zeros((HQ, SQ, DQK), jnp.float16), jnp.zeros((HQ, SQ, DV), jnp.float16)
+    k, v = jnp.zeros((HKV, SQ, DQK), jnp.float16), jnp.zeros((HKV, SQ, DV), jnp.float16)
+    rows = jnp.zeros((HQ, SQ), jnp.float32)
+    segs = {"q_seg": jnp.zeros(SQ, jnp.int32), "kv_seg": jnp.zeros(SQ, jnp.int32)}
+    segs = segs if problem.segment_ids else {}
+    dq_plan, dkv_plan = block_plan.plan(mask, 64, 64), block_plan.plan_dkv(mask, 64, 64, HKV)
+    if entry == "make":
+        return (mgpu_backward.make(problem, BWD, dq_plan, dkv_plan),
+                {"q": q, "k": k, "v": v, "out": do, "lse": rows, "do": do, **segs})
+    t = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    if entry == "make_dq":
+        return (mgpu_backward.make_dq(problem, BWD, dq_plan),
+                {"q": q, "k": k, "k_t": t(k), "v_t": t(v), "do": do, "lse2": rows,
+                 "delta": rows, **segs})
+    return (mgpu_backward.make_dkv(problem, BWD, dkv_plan),
+            {"q": q, "q_t": t(q), "k": k, "v": v, "do": do, "do_t": t(do), "lse2": rows,
+             "delta": rows, **segs})
+
+
+# label: (argument, change, error, message after "<argument>: "); "lse" stands for lse2
+# at the kernels' own entries.
+BAD_BACKWARD = {
+    "wrong dtype": ("q", lambda x: x.astype(jnp.float32), ValueError,
+                    r"dtype float32; needs float16$"),
+    "mixed dtypes": ("k", lambda x: x.astype(jnp.bfloat16), ValueError,
+                     r"dtype bfloat16; needs float16$"),
+    "wrong head dim": ("q", lambda x: jnp.concatenate([x, x], axis=2), ValueError,
+                       r"shape \(2, 128, 128\); needs \(heads_q, seq_q, head_dim_qk\) = "
+                       r"\(2, 128, 64\)$"),
+    "wrong head count": ("k", lambda x: jnp.concatenate([x, x]), ValueError,
+                         r"shape \(2, 128, 64\); needs \(heads_kv, seq_kv, head_dim_qk\) = "
+                         r"\(1, 128, 64\)$"),
+    "wrong seq len": ("k", lambda x: x[:, :64], ValueError,
+                      r"shape \(1, 64, 64\); needs \(heads_kv, seq_kv, head_dim_qk\)"),
+    "wrong lse shape": ("lse", lambda x: x[0], ValueError,
+                        r"shape \(128,\); needs \(heads_q, seq_q\) = \(2, 128\)$"),
+    "wrong lse dtype": ("lse", lambda x: x.astype(jnp.float16), ValueError,
+                        r"dtype float16; needs float32$"),
+    "lse not an array": ("lse", lambda x: x.tolist(), TypeError, r"list; needs an array$"),
+    "segment ids too short": ("q_seg", lambda x: x[:64], ValueError,
+                              r"shape \(64,\); needs \(128,\)$"),
+    "segment ids not integers": ("kv_seg", lambda x: x.astype(jnp.float32), ValueError,
+                                 r"dtype float32; needs integers$"),
+    "segment ids missing": ("kv_seg", lambda x: None, ValueError,
+                            r"None; needs \(128,\) integers"),
+}
+
+
+@pytest.mark.parametrize("entry", BACKWARD_ENTRIES)
+@pytest.mark.parametrize("case", list(BAD_BACKWARD))
+def test_a_bad_backward_argument_is_named_before_anything_is_traced(launches, entry, case):
+    """One line naming the argument, what it got and what it needs; no kernel launched."""
+    call, args = backward_entry(entry)
+    name, change, error, message = BAD_BACKWARD[case]
+    if name == "lse" and entry != "make":
+        name = "lse2"
+    args[name] = change(args[name])
+    with pytest.raises(error, match=rf"^{name}: {message}") as raised:
+        call(**args)
+    assert "\n" not in str(raised.value)
+    assert launches == []
+
+
+@pytest.mark.parametrize("entry", BACKWARD_ENTRIES)
+def test_segment_ids_for_a_problem_without_them_are_refused(launches, entry):
+    call, args = backward_entry(entry, UNSEGMENTED)
+    with pytest.raises(ValueError, match=r"^q_seg: given; needs None"):
+        call(**args, q_seg=np.zeros(SQ, np.int32), kv_seg=np.zeros(SQ, np.int32))
+    assert launches == []
+
+
+@pytest.mark.parametrize("problem", [SEGMENTED, UNSEGMENTED], ids=["segments", "none"])
+@pytest.mark.parametrize("entry", BACKWARD_ENTRIES)
+def test_good_backward_arguments_reach_the_kernels(launches, entry, problem):
+    call, args = backward_entry(entry, problem)
+    call(**args)
+    assert launches == {"make": ["q_blocks", "kv_blocks"], "make_dq": ["q_blocks"],
+                        "make_dkv": ["kv_blocks"]}[entry]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.moe_nvfp4 import mgpu_fused, mgpu_gemm, mgpu_quantize
+from kernels.moe_nvfp4 import inputs, mgpu_fused, mgpu_gemm, mgpu_quantize, variants
 
 E, M, K, N = 2, 128, 256, 256
 U8, I32, F32 = np.uint8, np.int32, np.float32
@@ -69,3 +69,63 @@ def test_a_missing_argument_is_named(entry):
     make, args = ENTRIES[entry]
     with pytest.raises(ValueError, match=r"arguments; needs \d+: "):
         make()(*args()[:-1])
+
+
+WHOLE_PATHS = ["moe_fused", "moe_unfused"]
+# (input, change, message): what a reviewer would try at the whole path's entry.
+BAD_PATH_INPUTS = {
+    "hidden_bf16 float32": ("hidden_bf16", lambda x: x.astype(F32),
+                            r"^hidden_bf16: dtype float32; needs bfloat16$"),
+    "w2_t int8 codes": ("w2_t", lambda x: x.astype(jnp.int8),
+                        r"^w2_t: dtype int8; needs uint8 \(layouts\.k_pair_major"),
+    "w2_t_scales transposed": ("w2_t_scales", lambda x: x.transpose(0, 2, 1),
+                               r"^w2_t_scales: shape \(2, 256, 16\); needs \(2, 16, 256\) "
+                               r"\(layouts\.k_pair_major"),
+    "a2_gs per row": ("a2_gs", lambda x: zeros((E, M), F32),
+                      r"^a2_gs: shape \(2, 128\); needs \(2,\)$"),
+    "masked_m over m": ("masked_m", lambda x: jnp.array([64, 129], I32),
+                        r"^masked_m: \[64, 129\]; needs each in \[0, 128\]$"),
+    "masked_m negative": ("masked_m", lambda x: jnp.array([-1, 0], I32),
+                          r"^masked_m: \[-1, 0\]; needs each in \[0, 128\]$"),
+}
+
+
+@pytest.fixture
+def untraceable(monkeypatch):
+    """The variants' kernels replaced by ones that fail the test when called."""
+    made = variants.kernels
+
+    def fail(*args):
+        pytest.fail("a kernel was called before the path's inputs were checked")
+
+    monkeypatch.setattr(variants, "kernels", lambda *args, **kwargs: {
+        stage: (fail, config, shapes)
+        for stage, (_, config, shapes) in made(*args, **kwargs).items()})
+
+
+def path_inputs():
+    """Good inputs of the whole path, by name (zeros, masked_m included)."""
+    return {name: zeros(shape.shape, shape.dtype)
+            for name, shape in zip(variants.INPUTS, variants.input_shapes(E, M, K, N),
+                                   strict=True)}
+
+
+@pytest.mark.parametrize("variant", WHOLE_PATHS)
+@pytest.mark.parametrize("case", list(BAD_PATH_INPUTS))
+def test_a_bad_whole_path_input_is_named_before_any_kernel_runs(untraceable, variant, case):
+    name, change, message = BAD_PATH_INPUTS[case]
+    values = path_inputs()
+    values[name] = change(values[name])
+    path = variants.function(variants.VARIANTS[variant], E, M, K, N)
+    with pytest.raises(ValueError, match=message):
+        path(*values.values())
+
+
+def test_the_cases_inputs_pass_the_whole_path_check():
+    """What ``inputs.make`` hands every variant has the shapes the path checks for (hidden
+    and inter apart, so no two dims can be swapped unnoticed)."""
+    params = {"experts": 2, "m": 128, "hidden": 512, "inter": 256}
+    given = inputs.make(params, np.random.default_rng(0))
+    wants = variants.input_shapes(*inputs.sizes(params))
+    for name, want in zip(variants.INPUTS, wants, strict=True):
+        assert (given[name].shape, given[name].dtype) == (want.shape, want.dtype), name

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from kernels.moe_nvfp4 import mgpu_fused, mgpu_gemm, mgpu_quantize
+from kernels.moe_nvfp4 import arguments, mgpu_fused, mgpu_gemm, mgpu_quantize
 
 H100_SMS = 132  # persistent CTAs: one per SM of an H100 SXM (the reference's sm_count)
 
@@ -130,10 +130,26 @@ def kernels(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = N
 INPUTS = ("hidden_bf16", "masked_m", "a1_gs", "a2_gs", "alpha1", "alpha2", "a1_packed",
           "a1_scales", "a2_packed", "a2_scales", "w1_t", "w1_t_scales", "w1_f",
           "w1_f_scales", "w2_t", "w2_t_scales")
+K_PAIR_MAJOR = "layouts.k_pair_major: codes [E, K/2, N], scales [E, K/16, N]"
+INPUT_NOTES = {"a1_scales": arguments.ROW_MAJOR, "a2_scales": arguments.ROW_MAJOR,
+               **dict.fromkeys(("w1_t", "w1_t_scales", "w2_t", "w2_t_scales"), K_PAIR_MAJOR),
+               **dict.fromkeys(("w1_f", "w1_f_scales"), "layouts.fused_w1")}
+
+
+def input_shapes(e: int, m: int, k: int, n: int) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """Each of INPUTS' shape and dtype: what the kernel that reads it needs."""
+    hidden, gs, masked = _quantize_shapes(e, m, k)
+    a1, a1_scales, w1_t, w1_t_scales, alpha, _ = mgpu_gemm.arg_shapes(
+        mgpu_gemm.Problem(e, m, 2 * n, k))
+    _, _, w1_f, w1_f_scales, *_ = mgpu_fused.arg_shapes(e, m, n, k)
+    a2, a2_scales, w2_t, w2_t_scales, *_ = mgpu_gemm.arg_shapes(mgpu_gemm.Problem(e, m, k, n))
+    return (hidden, masked, gs, gs, alpha, alpha, a1, a1_scales, a2, a2_scales, w1_t,
+            w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales)
 
 
 def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = None):
-    """``f(*INPUTS) -> {output: raw kernel output}`` (codes stay packed bytes here)."""
+    """``f(*INPUTS) -> {output: raw kernel output}`` (codes stay packed bytes here), every
+    input checked (``input_shapes``, masked_m in [0, m]) before any kernel is traced."""
     run = {stage: fn for stage, (fn, _, _) in kernels(variant, e, m, k, n, interpret).items()}
 
     def path(hidden, masked, a1_gs, a2_gs, alpha1, alpha2, a1_packed, a1_scales,
@@ -158,4 +174,4 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
                                                         w2_t_scales, alpha2, masked)
         return found
 
-    return path
+    return arguments.checked(path, INPUTS, input_shapes(e, m, k, n), m, INPUT_NOTES)

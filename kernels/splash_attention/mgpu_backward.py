@@ -40,7 +40,24 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention import mgpu_mask
 from kernels.splash_attention.block_plan import PARTIAL, BlockPlan, DkvPlan
-from kernels.splash_attention.mgpu_forward import COL, LOG2E, ROW, Problem, _tiled
+from kernels.splash_attention.mgpu_forward import (
+    COL,
+    LOG2E,
+    ROW,
+    Problem,
+    _tiled,
+    check_segment_ids,
+)
+
+ROW_AXES = ("heads_q", "seq_q")
+# The axes of every array argument of the backward entries (``_t``: transposed).
+AXES = {"q": ("heads_q", "seq_q", "head_dim_qk"), "q_t": ("heads_q", "head_dim_qk", "seq_q"),
+        "k": ("heads_kv", "seq_kv", "head_dim_qk"), "k_t": ("heads_kv", "head_dim_qk", "seq_kv"),
+        "v": ("heads_kv", "seq_kv", "head_dim_v"), "v_t": ("heads_kv", "head_dim_v", "seq_kv"),
+        "out": ("heads_q", "seq_q", "head_dim_v"), "do": ("heads_q", "seq_q", "head_dim_v"),
+        "do_t": ("heads_q", "head_dim_v", "seq_q"), "lse": ROW_AXES, "lse2": ROW_AXES,
+        "delta": ROW_AXES}
+ROW_STATISTICS = ("lse", "lse2", "delta")  # float32; every other array: the problem's dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +76,63 @@ class BackwardConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be 64 or 128")
         if not 1 <= self.stages <= 4:
             raise ValueError(f"{self.stages=} must be in [1, 4]")
+
+
+def check_arguments(problem: Problem, arrays: dict[str, Any], q_seg, kv_seg) -> None:
+    """Before anything is traced: a one-line error naming the first argument whose dtype
+    or shape is not what ``problem`` needs, or whose segment ids are not (seq,) integers
+    given exactly when the problem has segment ids."""
+    for name, array in arrays.items():
+        _check_array(problem, name, array)
+    for name, ids, length in (("q_seg", q_seg, problem.seq_q),
+                              ("kv_seg", kv_seg, problem.seq_kv)):
+        if ids is None and problem.segment_ids:
+            raise ValueError(f"{name}: None; needs ({length},) integers (the problem has "
+                             "segment ids)")
+        if ids is not None and not problem.segment_ids:
+            raise ValueError(f"{name}: given; needs None (the problem has no segment ids)")
+        if ids is not None:
+            check_segment_ids(name, ids, length)
+
+
+def _check_array(problem: Problem, name: str, array) -> None:
+    if not (hasattr(array, "shape") and hasattr(array, "dtype")):
+        raise TypeError(f"{name}: {type(array).__name__}; needs an array")
+    dtype = jnp.dtype(array.dtype).name
+    want = "float32" if name in ROW_STATISTICS else problem.dtype
+    if dtype != want:
+        raise ValueError(f"{name}: dtype {dtype}; needs {want}")
+    axes = AXES[name]
+    shape = tuple(getattr(problem, axis) for axis in axes)
+    if tuple(array.shape) != shape:
+        raise ValueError(f"{name}: shape {tuple(array.shape)}; needs ({', '.join(axes)}) = "
+                         f"{shape}")
+
+
+def _check_tiling(problem: Problem, config: BackwardConfig, kernel: str, axis: str,
+                  plan_blocks: int) -> None:
+    """Sequence lengths the tiles divide, and a plan with one row per ``axis`` block."""
+    bq, bkv = config.block_q, config.block_kv
+    if problem.seq_q % bq or problem.seq_kv % bkv:
+        raise ValueError(f"sequence lengths ({problem.seq_q}, {problem.seq_kv}) must be "
+                         f"multiples of ({bq=}, {bkv=})")
+    blocks = problem.seq_q // bq if axis == "q" else problem.seq_kv // bkv
+    if plan_blocks != blocks:
+        raise ValueError(f"{kernel} plan has {plan_blocks} {axis}-blocks, want {blocks}")
+
+
+def _tables(plan, fields: tuple[str, ...], tile_shape: tuple[int, int], dtype):
+    """A plan's block tables and its partial tiles (one dummy tile when a mask function
+    replaces them) as device arrays."""
+    tables = tuple(jnp.asarray(getattr(plan, field)) for field in fields)
+    tiles = jnp.asarray(plan.partial_blocks if plan.mask_function is None
+                        else np.zeros((1, *tile_shape), bool), dtype)
+    return tables, tiles
+
+
+def _int32(q_seg, kv_seg) -> tuple:
+    return () if q_seg is None else (jnp.asarray(q_seg, jnp.int32),
+                                     jnp.asarray(kv_seg, jnp.int32))
 
 
 def dq_scratch(problem: Problem, config: BackwardConfig, has_tiles: bool) -> dict:
@@ -136,8 +210,11 @@ def _tile(barriers, tiles, slot):
 
 def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret: Any = None):
     """``f(q, k, k_t, v_t, do, lse2, delta[, q_seg, kv_seg]) -> dq`` (lse2 = lse·log2 e,
-    +inf on a row that sees no key)."""
+    +inf on a row that sees no key), its arguments checked before anything is traced."""
     bq, bkv, stages = config.block_q, config.block_kv, config.stages
+    _check_tiling(problem, config, "dq", "q", plan.count.shape[1])
+    if interpret is not None:
+        mgpu_interpret.enable_layout_cast_on_host()
     dtype = jnp.dtype(problem.dtype)
     group = problem.heads_q // problem.heads_kv
     per_head_plan = plan.mask_heads > 1
@@ -219,16 +296,28 @@ def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret
         plgpu.copy_smem_to_gmem(q_smem, dq_ref.at[head, rows])
         plgpu.wait_smem_to_gmem(0)
 
-    return plgpu.kernel(
+    call = plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct(
             (problem.heads_q, problem.seq_q, problem.head_dim_qk), dtype),
         grid=(problem.heads_q, problem.seq_q // bq), grid_names=("heads", "q_blocks"),
         scratch_types=dq_scratch(problem, config, has_tiles), interpret=interpret)
+    tables, tiles = _tables(plan, ("kv_block", "kind", "mask_block", "count"), (bq, bkv), dtype)
+
+    def dq(q, k, k_t, v_t, do, lse2, delta, q_seg=None, kv_seg=None):
+        check_arguments(problem, {"q": q, "k": k, "k_t": k_t, "v_t": v_t, "do": do,
+                                  "lse2": lse2, "delta": delta}, q_seg, kv_seg)
+        return call(q, k, k_t, v_t, do, lse2, delta, *tables, tiles, *_int32(q_seg, kv_seg))
+
+    return dq
 
 
 def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret: Any = None):
-    """``f(q, q_t, k, v, do, do_t, lse2, delta[, q_seg, kv_seg]) -> (dk, dv)``."""
+    """``f(q, q_t, k, v, do, do_t, lse2, delta[, q_seg, kv_seg]) -> (dk, dv)``, its
+    arguments checked before anything is traced."""
     bq, bkv, stages = config.block_q, config.block_kv, config.stages
+    _check_tiling(problem, config, "dkv", "kv", plan.count.shape[1])
+    if interpret is not None:
+        mgpu_interpret.enable_layout_cast_on_host()
     dtype = jnp.dtype(problem.dtype)
     group = problem.heads_q // problem.heads_kv
     per_head_plan = plan.plan_heads > 1
@@ -323,57 +412,45 @@ def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret:
                                      dtype),
                 jax.ShapeDtypeStruct((problem.heads_kv, problem.seq_kv, problem.head_dim_v),
                                      dtype))
-    return plgpu.kernel(
+    call = plgpu.kernel(
         body, out_type=out_type, grid=(problem.heads_kv, problem.seq_kv // bkv),
         grid_names=("heads", "kv_blocks"),
         scratch_types=dkv_scratch(problem, config, has_tiles), interpret=interpret)
+    tables, tiles = _tables(plan, ("head_offset", "q_block", "kind", "mask_block", "count"),
+                            (bkv, bq), dtype)
+
+    def dkv(q, q_t, k, v, do, do_t, lse2, delta, q_seg=None, kv_seg=None):
+        check_arguments(problem, {"q": q, "q_t": q_t, "k": k, "v": v, "do": do, "do_t": do_t,
+                                  "lse2": lse2, "delta": delta}, q_seg, kv_seg)
+        return call(q, q_t, k, v, do, do_t, lse2, delta, *tables, tiles,
+                    *_int32(q_seg, kv_seg))
+
+    return dkv
 
 
 def make(problem: Problem, config: BackwardConfig, dq_plan: BlockPlan, dkv_plan: DkvPlan,
          interpret: Any = None):
     """Both kernels behind one call: ``f(q, k, v, out, lse, do[, q_seg, kv_seg]) ->
-    (dq, dk, dv)`` on [H, S, D] arrays (``lse`` from the forward kernel, natural log).
+    (dq, dk, dv)`` on [H, S, D] arrays (``lse`` from the forward kernel, natural log, f32),
+    its arguments checked before anything is traced.
 
     ``interpret``: ``InterpretGPUParams`` to run in the Mosaic GPU interpreter, ``None``
     for the real kernels.
     """
-    bq, bkv = config.block_q, config.block_kv
-    if problem.seq_q % bq or problem.seq_kv % bkv:
-        raise ValueError(f"sequence lengths ({problem.seq_q}, {problem.seq_kv}) must be "
-                         f"multiples of ({bq=}, {bkv=})")
-    if dq_plan.count.shape[1] != problem.seq_q // bq:
-        raise ValueError(f"dq plan has {dq_plan.count.shape[1]} q-blocks, want "
-                         f"{problem.seq_q // bq}")
-    if dkv_plan.count.shape[1] != problem.seq_kv // bkv:
-        raise ValueError(f"dkv plan has {dkv_plan.count.shape[1]} kv-blocks, want "
-                         f"{problem.seq_kv // bkv}")
-    if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
-    dtype = jnp.dtype(problem.dtype)
     dq_call = make_dq(problem, config, dq_plan, interpret)
     dkv_call = make_dkv(problem, config, dkv_plan, interpret)
-    dq_tables = tuple(jnp.asarray(a) for a in (dq_plan.kv_block, dq_plan.kind,
-                                               dq_plan.mask_block, dq_plan.count))
-    dq_tiles = jnp.asarray(dq_plan.partial_blocks if dq_plan.mask_function is None
-                           else np.zeros((1, bq, bkv), bool), dtype)
-    dkv_tables = tuple(jnp.asarray(a) for a in (dkv_plan.head_offset, dkv_plan.q_block,
-                                                dkv_plan.kind, dkv_plan.mask_block,
-                                                dkv_plan.count))
-    dkv_tiles = jnp.asarray(dkv_plan.partial_blocks if dkv_plan.mask_function is None
-                            else np.zeros((1, bkv, bq), bool), dtype)
 
     def backward(q, k, v, out, lse, do, q_seg=None, kv_seg=None):
-        do = do.astype(dtype)
+        check_arguments(problem, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "do": do},
+                        q_seg, kv_seg)
         delta = jnp.einsum("hsd,hsd->hs", out.astype(jnp.float32), do.astype(jnp.float32))
         # Base 2 as the kernels compute; a row that sees no key (lse = -inf) gets +inf,
         # so its P = exp2(-inf or finite - inf) = 0 rather than NaN.
-        lse2 = jnp.where(jnp.isneginf(lse), jnp.inf, lse * LOG2E).astype(jnp.float32)
-        segments = () if q_seg is None else (q_seg.astype(jnp.int32),
-                                             kv_seg.astype(jnp.int32))
+        lse2 = jnp.where(jnp.isneginf(lse), jnp.inf, lse * LOG2E)
         dq = dq_call(q, k, jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), do, lse2, delta,
-                     *dq_tables, dq_tiles, *segments)
+                     q_seg, kv_seg)
         dk, dv = dkv_call(q, jnp.swapaxes(q, 1, 2), k, v, do, jnp.swapaxes(do, 1, 2), lse2,
-                          delta, *dkv_tables, dkv_tiles, *segments)
+                          delta, q_seg, kv_seg)
         return dq, dk, dv
 
     return backward

@@ -381,13 +381,19 @@ def check_inputs(mask, q, k, v, segment_ids=None):
         raise ValueError(f"mask: shape {mask.shape}; needs (Hq, Sq, Skv) = "
                          f"{(q.shape[0], q.shape[1], k.shape[1])}")
     if segment_ids is not None:
-        for name, ids, length in (("segment_ids.q", segment_ids.q, q.shape[1]),
-                                  ("segment_ids.kv", segment_ids.kv, k.shape[1])):
-            if tuple(np.shape(ids)) != (length,):
-                raise ValueError(f"{name}: shape {tuple(np.shape(ids))}; needs ({length},)")
-            if not jnp.issubdtype(jnp.asarray(ids).dtype, jnp.integer):
-                raise ValueError(f"{name}: dtype {jnp.asarray(ids).dtype}; needs integers")
+        check_segment_ids("segment_ids.q", segment_ids.q, q.shape[1])
+        check_segment_ids("segment_ids.kv", segment_ids.kv, k.shape[1])
     return q, k, v
+
+
+def check_segment_ids(name: str, ids, length: int) -> None:
+    """A ValueError naming ``name`` unless ``ids`` are integers of shape (length,)."""
+    shape = tuple(np.shape(ids))
+    if shape != (length,):
+        raise ValueError(f"{name}: shape {shape}; needs ({length},)")
+    dtype = np.dtype(ids.dtype) if hasattr(ids, "dtype") else jnp.asarray(ids).dtype
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise ValueError(f"{name}: dtype {dtype}; needs integers")
 
 
 def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None = None,
