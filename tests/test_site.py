@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
+from pathlib import Path
 
 import pytest
 
-from casebook import conditions, methods, paths, site, status, tables
+from casebook import conditions, config, methods, paths, site, status, tables
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence
 from casebook.measure import stats, table
@@ -134,3 +136,22 @@ def test_a_small_speedup_keeps_its_significant_digits():
     slow = stats.Comparison(speedup=0.00412, low=0.00398, high=0.00431, floor=0.05,
                             verdict=stats.SLOWER)
     assert conditions.comparison_text(slow).startswith("SLOWER: 0.00412× [0.00398, 0.00431]")
+
+
+def test_numerics_notes_are_stated_on_the_case_page_and_subnormals_on_methods(
+        tmp_path, monkeypatch):
+    """Case 01's limits of verification (subnormals flushed in the interpreter) under their
+    heading, and the methods page's statement beside the verification rules."""
+    monkeypatch.chdir(tmp_path)
+    site.case_page("configs/cases", "moe_nvfp4", [], [], "t")
+    site.methods_page("configs/cases", ["moe_nvfp4"], [], [], "t", {})
+
+    def text(page):
+        """The page's words, without tags."""
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", Path(page).read_text())).split())
+
+    note = config.load_case("configs/cases", "moe_nvfp4")["numerics_notes"]
+    assert "Subnormal inputs are flushed to zero in the interpreter" in note
+    assert f"Limits of verification {note}" in text(paths.site_page("moe_nvfp4"))
+    assert ("Subnormals Interpret mode and the CPU XLA baselines run on XLA on the host CPU, "
+            "which flushes subnormal floats to zero") in text(paths.site_methods())
