@@ -47,7 +47,8 @@ REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu
 	tests/test_capture.py tests/test_measure_engine.py tests/test_grouped_gemm_aot.py \
 	tests/test_grouped_gemm_numerics.py tests/test_mgpu_forward.py tests/test_mgpu_backward.py \
 	tests/test_splash_case.py tests/test_moe_nvfp4_gemm.py tests/test_moe_nvfp4_quantize.py \
-	tests/test_moe_nvfp4_fused.py tests/test_moe_nvfp4_entries.py
+	tests/test_moe_nvfp4_fused.py tests/test_moe_nvfp4_entries.py tests/test_check_power.py \
+	tests/test_splash_near_misses.py tests/test_moe_nvfp4_subnormals.py
 
 .PHONY: all run env test lint bench lock clean chromium gpu-host rehearse
 all: run

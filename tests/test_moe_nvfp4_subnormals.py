@@ -169,6 +169,9 @@ def test_flashinfer_builds_its_nvfp4_quantize_with_fast_math():
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("FlashInfer is not installed here (env/reference.lock)")
     root = Path(next(iter(spec.submodule_search_locations)))
+    if not (root / "jit/core.py").exists():
+        pytest.skip("FlashInfer's JIT sources are not here (the offline GPU host's bundle "
+                    "carries only the kernel file case 01 hashes)")
 
     def function(path, name):
         tree = ast.parse((root / path).read_text())

@@ -31,6 +31,9 @@ def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: flo
     verify = {"passed": passed, "ran": True,
               "checks": [{"execution": execution, "outputs": {"out": {}}}],
               "sources_sha256": "s"}
+    power = {"mutants": [{"name": "bias_1pct", "output": "out", "applicable": True,
+                          "caught": True}],
+             "controls": {"out": {"passed": True}}, "smallest_bias_detected": {"out": 1e-3}}
     return Evidence(
         case="c", target="h200" if gpus else "cpu", spec={"points": [{"name": "p"}]},
         env={}, host={"gpus": gpus, "cpu": CPU}, builds={},
@@ -40,7 +43,7 @@ def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: flo
         baselines={("b", "p"): {"timed": True, "execution": execution, "role": "without_work",
                                 "check": {"outputs": {"out": {}}},
                                 "measurement": measurement(baseline_s, baseline_s / 100)}},
-        sources=[], current_sources_sha256="s", noise_floor=None)
+        sources=[], current_sources_sha256="s", noise_floor=None, check_power={"p": power})
 
 
 def write_samples(ev: Evidence, rng, spread: float = 0.01) -> None:
@@ -62,7 +65,7 @@ def texts(ev: Evidence) -> list[str]:
 
 def test_interpret_mode_status_claims_no_speed():
     found = texts(evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3))
-    assert found == ["verified in interpret mode",
+    assert found == ["verified (interpreted kernel) in interpret mode on the host CPU",
                      "timed in interpret mode on the host CPU only", "not measured on GPU"]
 
 
@@ -70,7 +73,7 @@ def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
     monkeypatch.chdir(tmp_path)
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
     write_samples(ev, rng)
-    assert texts(ev) == ["verified on NVIDIA H200", "measured on NVIDIA H200",
+    assert texts(ev) == ["verified (GPU kernel) on NVIDIA H200", "measured on NVIDIA H200",
                          "faster than b at 1 of 1 points"]  # no floor: no speedup printed
     ev.noise_floor = {"noise_floor": 0.02}
     *_, versus = texts(ev)
@@ -87,6 +90,25 @@ def test_only_kernels_and_baselines_computing_the_same_outputs_are_compared(
     ev.time["v_bwd", "p"] = ev.time["v", "p"]
     write_samples(ev, rng)
     assert list(conditions.comparisons(ev)) == [("v", "b", "p")]
+
+
+def test_a_check_that_lets_a_mutant_through_is_weak_in_red():
+    ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
+    ev.check_power["p"]["mutants"].append({"name": "k_tile_dropped", "output": "out",
+                                           "applicable": True, "caught": False})
+    parts = status.parts(ev)
+    assert {"text": "check WEAK at 1 of 1 verified points: lets out:k_tile_dropped pass",
+            "tone": "bad"} in parts
+    ev.check_power.clear()
+    assert "check WEAK at 1 of 1 verified points: its power not measured" in texts(ev)
+
+
+def test_the_status_names_a_numerics_model_as_what_was_verified():
+    ev = evidence(interpret=False, gpus=[], kernel_s=1, baseline_s=1)
+    ev.verify["v", "p"]["checks"][0]["execution"] = {
+        "mode": "numpy", "interpret": False, "poisoned": False, "race_detection": False,
+        "subject": "numerics model"}
+    assert texts(ev)[0] == "verified (numerics model) on Test CPU CPU (2 cores), no GPU"
 
 
 def test_a_failed_verification_reads_as_a_failure():

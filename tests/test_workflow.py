@@ -75,8 +75,20 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     index = project / "site/public/index.html"
     page = project / "site/public/splash_attention.html"
     assert index.exists() and page.exists()
-    assert "verified in interpret mode" in index.read_text()
+    assert "verified (interpreted kernel) in interpret mode on the host CPU" in \
+        index.read_text()
     assert "not measured on GPU" in index.read_text()
+    # The check's power, from the point's check_power record: upstream's f16 tolerance
+    # lets a 1% bias of out through, and the page and the index say so.
+    power = json.loads((project / "results/cpu/splash_attention/check_power/"
+                        "mha_causal_f16.json").read_text())
+    rows = {r["name"]: r for r in power["mutants"] if r["output"] == "out"}
+    assert rows["partial_block_as_full"]["caught"] and rows["last_kv_block_skipped"]["caught"]
+    assert f"out:{'bias_1pct'}" in power["missed"]
+    assert "check WEAK at 2 of 2 verified points: lets out:bias_1pct pass" in \
+        html.unescape(index.read_text())
+    assert "check power WEAK: 2/3 mutants caught, lets out:bias_1pct pass" in \
+        html.unescape(page.read_text())
     figures = figures_of(page)
     assert len(figures) == 3  # correctness, build (shared memory) and timing
     for figure in figures:

@@ -15,7 +15,15 @@ import numpy as np
 
 from casebook import paths
 from casebook.cases import NotRunnable
-from kernels.grouped_gemm_fp8_bf16 import baselines, builds, device, numerics, problem, reference
+from kernels.grouped_gemm_fp8_bf16 import (
+    baselines,
+    builds,
+    device,
+    near_misses,
+    numerics,
+    problem,
+    reference,
+)
 from kernels.runnable import Runnable
 
 CASE = "grouped_gemm_fp8_bf16"
@@ -52,6 +60,17 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
     return numerics.compare(problem.from_params(params), inputs, got, want, tolerance)
 
 
+def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
+                  want: np.ndarray) -> dict[str, np.ndarray]:
+    """What a correct kernel writes: the numerics model's D."""
+    return {"out": numerics.model(problem.from_params(params), inputs)}
+
+
+def mutants(params: dict[str, Any]):
+    """Near misses of D (``near_misses``) that the check must catch."""
+    return near_misses.mutants(params)
+
+
 def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     _check_variant(variant)
     grouped = problem.from_params(params)
@@ -81,7 +100,7 @@ def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
                     call=lambda inputs: numerics.model(grouped, inputs),
                     sync=lambda out: None, fetch=np.asarray,
                     execution={"mode": "numpy model of the kernel's arithmetic on the host "
-                                       "CPU (not a kernel)",
+                                       "CPU (not a kernel)", "subject": "numerics model",
                                "interpret": False, "poisoned": False,
                                "race_detection": False})
 

@@ -13,6 +13,7 @@ only; ``error_bound`` bounds that per element from the actual partial sums.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import ml_dtypes
@@ -117,13 +118,17 @@ def _step_sums(a: np.ndarray, operand: np.ndarray):
         yield a[:, k0:k0 + STEP_K] @ operand[:, k0:k0 + STEP_K].T
 
 
-def model(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
+def model(problem: GroupedProblem, inputs: dict[str, np.ndarray],
+          operand: np.ndarray | None = None) -> np.ndarray:
     """The kernel's arithmetic in numpy: bf16 operand; fp32 accumulation in the kernel's
     order, one wgmma step of 16 K at a time (the step's products summed, then added to the
-    fp32 accumulator with one rounding); fp32 epilogue; f16 out."""
+    fp32 accumulator with one rounding); fp32 epilogue; f16 out. ``operand`` replaces the
+    dequantized B (how a near-miss kernel is modelled)."""
     check_inputs(problem, inputs)
-    operand = dequantize(problem, inputs["b"], inputs["scale"]).astype(np.float64)
-    a, c = inputs["a"].astype(np.float64), inputs["c"].astype(np.float32)
+    if operand is None:
+        operand = dequantize(problem, inputs["b"], inputs["scale"])
+    operand, a = operand.astype(np.float64), inputs["a"].astype(np.float64)
+    c = inputs["c"].astype(np.float32)
     out = np.empty(c.shape, np.float16)
     alpha, beta = np.float32(problem.alpha), np.float32(problem.beta)
     for g, rows in _groups(problem):
@@ -185,6 +190,22 @@ def example_rule_failures(got: np.ndarray, want: np.ndarray) -> int:
     return int(np.count_nonzero(~(ok | (a == b))))
 
 
+_LAST_BOUND: dict = {}  # the last (problem, digest of the inputs) -> its error_bound
+
+
+def _last_bound(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """``error_bound``, kept for the last problem and inputs (by a digest of their bytes):
+    checks of several outputs on one draw (a bias bisection) compute it once."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in sorted(inputs):
+        digest.update(name.encode() + np.ascontiguousarray(inputs[name]).tobytes())
+    key = (problem, digest.hexdigest())
+    if key not in _LAST_BOUND:
+        _LAST_BOUND.clear()
+        _LAST_BOUND[key] = error_bound(problem, inputs)
+    return _LAST_BOUND[key]
+
+
 def compare(problem: GroupedProblem, inputs: dict[str, np.ndarray], got: np.ndarray,
             want: np.ndarray, tolerance: dict[str, Any]) -> dict[str, Any]:
     """|got - want| <= atol + rtol |want| per element, the derived bound (``error_bound``)
@@ -196,7 +217,7 @@ def compare(problem: GroupedProblem, inputs: dict[str, np.ndarray], got: np.ndar
         return {"passed": False, "error": f"shape {got.shape} != oracle {want.shape}",
                 "nan_count": 0, "max_abs_error": None, "max_rel_error": None,
                 "worst_error_over_tolerance": None}
-    atol, rtol = tolerance["atol"] + error_bound(problem, inputs), tolerance["rtol"]
+    atol, rtol = tolerance["atol"] + _last_bound(problem, inputs), tolerance["rtol"]
     values = got.astype(np.float64)
     finite = np.isfinite(values)
     may_overflow = np.abs(want) + atol >= F16_OVERFLOW

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import baselines, checks, inputs, oracle_planes
+from kernels.moe_nvfp4 import baselines, checks, inputs, near_misses, oracle_planes
 from kernels.moe_nvfp4 import variants as port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import Runnable, from_jax
@@ -36,6 +36,17 @@ def oracle(params: dict[str, Any], given: dict[str, np.ndarray]) -> dict[str, np
 def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
             got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any]) -> dict[str, Any]:
     return checks.compare(output, got, want, tolerance)
+
+
+def model_outputs(params: dict[str, Any], given: dict[str, np.ndarray],
+                  want: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What correct kernels write at every stage (``near_misses.model_outputs``)."""
+    return near_misses.model_outputs(given, want)
+
+
+def mutants(params: dict[str, Any]):
+    """Near misses of every stage (``near_misses``) that the checks must catch."""
+    return near_misses.mutants(params)
 
 
 def check_params(params: dict[str, Any]) -> str | None:

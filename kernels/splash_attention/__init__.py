@@ -25,6 +25,7 @@ from kernels.splash_attention import (
     baselines,
     masks,
     mgpu,
+    near_misses,
     oracle_f64,
     reference_vjp,
     upstream,
@@ -62,6 +63,18 @@ def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> dict[str, n
     _, dq, dk, dv = reference_vjp.gradients(q, k, v, inputs["do"], mask,
                                             segment_ids=segments, soft_cap=cap)
     return {"out": out, "dq": dq, "dk": dk, "dv": dv}
+
+
+def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
+                  want: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What a correct kernel writes: the oracle's ``out``, ``dq``, ``dk``, ``dv`` rounded
+    to the input dtype, the dtype of every output of the port."""
+    return {name: near_misses.rounded(params, want[name]) for name in ("out", "dq", "dk", "dv")}
+
+
+def mutants(params: dict[str, Any]):
+    """Near misses of out, dq, dk, dv (``near_misses``) that the check must catch."""
+    return near_misses.mutants(params)
 
 
 def check_params(params: dict[str, Any]) -> str | None:

@@ -9,13 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def attention(q, k, v, mask, *, segment_ids=None, soft_cap: float | None = None):
-    """As ``oracle_f64.attention`` (same conventions), in jax.numpy at the inputs' dtype."""
+def attention(q, k, v, mask, *, segment_ids=None, soft_cap: float | None = None,
+              cap_gradient: bool = True):
+    """As ``oracle_f64.attention`` (same conventions), in jax.numpy at the inputs' dtype.
+
+    ``cap_gradient=False`` (a near miss, not the reference): the soft cap applies in the
+    forward, but its derivative 1 - tanh² is dropped in the backward (straight through)."""
     group = q.shape[0] // k.shape[0]
     k, v = jnp.repeat(k, group, axis=0), jnp.repeat(v, group, axis=0)
     logits = jnp.einsum("hqd,hkd->hqk", q, k)
     if soft_cap is not None:
-        logits = soft_cap * jnp.tanh(logits / soft_cap)
+        capped = soft_cap * jnp.tanh(logits / soft_cap)
+        logits = capped if cap_gradient else logits + jax.lax.stop_gradient(capped - logits)
     visible = jnp.broadcast_to(jnp.asarray(mask, bool), logits.shape)
     if segment_ids is not None:
         q_seg, kv_seg = (jnp.asarray(s) for s in segment_ids)
@@ -28,7 +33,8 @@ def attention(q, k, v, mask, *, segment_ids=None, soft_cap: float | None = None)
     return jnp.einsum("hqk,hkd->hqd", weights / total, v)
 
 
-def gradients(q, k, v, do, mask, *, segment_ids=None, soft_cap: float | None = None):
+def gradients(q, k, v, do, mask, *, segment_ids=None, soft_cap: float | None = None,
+              cap_gradient: bool = True):
     """float64 ``(out, dq, dk, dv)`` for cotangent ``do``, by autodiff of ``attention``.
 
     MQA k, v [Skv, D] give dk, dv [Skv, D] (summed over every query head)."""
@@ -39,7 +45,8 @@ def gradients(q, k, v, do, mask, *, segment_ids=None, soft_cap: float | None = N
         def f(q, k, v):
             if mqa:
                 k, v = k[None], v[None]
-            return attention(q, k, v, mask, segment_ids=segment_ids, soft_cap=soft_cap)
+            return attention(q, k, v, mask, segment_ids=segment_ids, soft_cap=soft_cap,
+                             cap_gradient=cap_gradient)
 
         out, vjp = jax.vjp(f, *args)
         grads = vjp(jnp.asarray(np.asarray(do, np.float64)))

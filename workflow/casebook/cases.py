@@ -8,7 +8,10 @@
 - ``baseline(name, params) -> Runnable``;
 - ``races_found() -> bool`` and ``reset()``: the interpreter's race detector;
 - ``reference_file() -> str | None``: the upstream source actually used or read (None:
-  the reference is not installed on this host).
+  the reference is not installed on this host);
+- ``model_outputs(params, inputs, want) -> {name: ndarray}``: what a correct kernel
+  writes, and ``mutants(params) -> [kernels.mutants.Mutant]``: near misses of it, which
+  the check must catch (``casebook.check_power``).
 
 Optional: ``compare(params, inputs, output, got, want, tolerance) -> dict | None``, a
 case's own check of one named output on ``inputs`` (None: the elementwise default,
@@ -38,7 +41,7 @@ class NotRunnable(Exception):
 
 
 SURFACE = ("make_inputs", "oracle", "check_params", "build", "kernel", "baseline",
-           "races_found", "reset", "reference_file")
+           "races_found", "reset", "reference_file", "model_outputs", "mutants")
 
 
 def load(case: str) -> ModuleType:

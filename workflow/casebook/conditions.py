@@ -103,8 +103,36 @@ def correctness(ev: Evidence) -> list[str]:
             + (f"{worst:.3g}× tolerance" if worst is not None else "undefined")
             + f" (max |err| {record['max_abs_error']:.3g}), {record['trials']} random draws "
             f"per mode, seed {record['seed']}, "
-            f"races found: {'yes' if record['races_found'] else 'no'}")
+            f"races found: {'yes' if record['races_found'] else 'no'}"
+            + _per_element(record) + "; " + power_text(ev.power(variant, point)))
     return lines
+
+
+def power_text(power: dict[str, Any] | None) -> str:
+    """The check's power in words: mutants caught, the smallest bias detected, or WEAK
+    naming the mutants it lets through."""
+    if power is None:
+        return "check power: WEAK, not measured (no check_power record)"
+    bias = ", ".join(f"{o} {b:.2g}" if b is not None else f"{o} none up to 100%"
+                     for o, b in power["bias"].items())
+    caught = f"{power['caught']}/{power['applicable']} mutants caught"
+    if not power["weak"]:
+        return f"check power: {caught}; smallest uniform bias detected, × the output's " \
+               f"RMS: {bias}"
+    why = (f"lets {', '.join(power['missed'])} pass" if power["missed"] else
+           "fails the correct output" if power["applicable"] else
+           "no mutant covers what it computes")
+    return f"check power WEAK: {caught}, {why}; smallest bias detected: {bias}"
+
+
+def _per_element(record: dict[str, Any]) -> str:
+    """A case's per-element tolerance (its own compare's atol_applied), where it has one."""
+    applied = [o["atol_applied"] for c in record["checks"] for o in c.get("outputs", {})
+               .values() if isinstance(o.get("atol_applied"), dict)]
+    if not applied:
+        return ""
+    return (f"; per-element atol median {max(a['median'] or 0.0 for a in applied):.3g}, max "
+            f"{max(a['max'] for a in applied):.3g}")
 
 
 def _worst_text(worst: dict[str, float | None]) -> str:

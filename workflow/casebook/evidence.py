@@ -6,8 +6,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from casebook import paths, provenance, records
+from casebook import check_power, paths, provenance, records
 from casebook.measure import table
+
+
+def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
+    """What ran, named: the execution's own ``subject`` (e.g. a numerics model), else an
+    interpreted kernel, a kernel on the GPU, or XLA on the host CPU."""
+    if execution.get("subject"):
+        return execution["subject"]
+    if execution["interpret"]:
+        return "interpreted kernel"
+    return "GPU kernel" if gpus else "XLA on the host CPU"
 
 
 @dataclasses.dataclass
@@ -29,6 +39,8 @@ class Evidence:
     # (variant, point) -> the autotune's tile_choice record, where a GPU run made one.
     tile_choices: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(
         default_factory=dict)
+    # point -> the check_power record: verify's check run on near-miss mutants.
+    check_power: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def points(self) -> list[str]:
@@ -66,6 +78,36 @@ class Evidence:
     def baseline_samples(self, baseline: str, point: str) -> list[float]:
         return table.kept_seconds(paths.samples_table(
             paths.baseline_record(self.target, self.case, baseline, point)))
+
+    def power(self, variant: str, point: str) -> dict[str, Any] | None:
+        """The check's power for what ``variant`` computes at ``point`` (the outputs its
+        verification checked); None where no check_power record or no check exists."""
+        record, checked = self.check_power.get(point), self.verify.get((variant, point))
+        outputs = frozenset(name for c in (checked or {}).get("checks", [])
+                            for name in c.get("outputs", {}))
+        return check_power.power(record, outputs) if record and outputs else None
+
+    @property
+    def weak(self) -> dict[tuple[str, str], str]:
+        """(variant, point) -> why its check is weak, for the checks that ran: the mutants
+        it lets through, a correct output it fails, or no power measured."""
+        found = {}
+        for variant, point in self.ran:
+            power = self.power(variant, point)
+            if power is None:
+                found[variant, point] = "its power not measured"
+            elif power["weak"]:
+                found[variant, point] = (
+                    f"lets {', '.join(power['missed'])} pass" if power["missed"] else
+                    "fails the correct output" if power["applicable"] else
+                    "no mutant covers what it computes")
+        return found
+
+    def subjects(self, records: list[dict[str, Any]]) -> list[str]:
+        """What ran in ``records`` (verify checks or time records), named."""
+        executions = [c["execution"] for r in records for c in r.get("checks", [r])
+                      if "execution" in c]
+        return sorted({subject(e, self.host["gpus"]) for e in executions})
 
     @property
     def interpreted(self) -> bool:
@@ -121,6 +163,9 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
                       for p in spec["points"]
                       if Path(path := paths.tile_choice_record(target, case, v, p["name"]))
                       .exists()},
+        check_power={p["name"]: r for p in spec["points"]
+                     if (r := read(paths.check_power_record(target, case, p["name"]),
+                                   "check_power")) is not None},
         sources=sources,
         current_sources_sha256=provenance.case_sources_sha256(case, case_path),
     )

@@ -23,13 +23,16 @@ from casebook.evidence import Evidence, gather
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
 
 
-def face_label(ev: Evidence) -> str:
-    """What every figure says on its face about where its numbers come from."""
+def face_label(ev: Evidence, made: list[dict[str, Any]]) -> str:
+    """What every figure says on its face about where its numbers come from and what ran
+    to make them (the records ``made``): a numerics model, an interpreted kernel, ..."""
     gpu = ev.host["gpus"][0]["name"] if ev.host["gpus"] else None
     where = f"{ev.target.upper()} ({gpu})" if gpu else f"{ev.target.upper()} (no GPU)"
-    mode = "Pallas interpret mode on the host — not GPU time" if ev.interpreted else \
-        "device execution"
-    return f"{where} · {mode}"
+    interpreted = any(c.get("execution", {}).get("interpret") for r in made
+                      for c in r.get("checks", [r]))
+    mode = ("Pallas interpret mode on the host — not GPU time" if interpreted else
+            "on the GPU" if gpu else "on the host CPU — not GPU time")
+    return " · ".join([where, *ev.subjects(made), mode])
 
 
 def _save(fig: plt.Figure, path: str) -> None:
@@ -52,7 +55,7 @@ def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
     ax.set_yscale("log")
     ax.set_ylabel("worst |error| / tolerance")
     ax.legend(loc="upper right")
-    ax.set_title(f"Worst error against tolerance\n{face_label(ev)}")
+    ax.set_title(f"Worst error against tolerance\n{face_label(ev, list(ev.ran.values()))}")
     _save(fig, path)
     return {"title": "Worst error against tolerance",
             "caption": "Largest elementwise error over all random draws, divided by the "
@@ -150,7 +153,9 @@ def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
     ax.legend(fontsize=7)
     floor = (f"noise floor ±{ev.noise_floor['noise_floor']:.1%} (A/A)" if ev.noise_floor
              else "no noise floor recorded")
-    ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev)} · {floor}")
+    made = [r for (_, p), r in (*ev.time.items(), *ev.baselines.items())
+            if p in points and r["timed"]]
+    ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev, made)} · {floor}")
     _save(fig, path)
     verdicts = "; ".join(f"{variant} against {name} @ {point}: "
                          f"{conditions.comparison_text(c)}"

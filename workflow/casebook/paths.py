@@ -97,6 +97,10 @@ def verify_record(target: str, case: str, variant: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/verify/{variant}/{point}.json"
 
 
+def check_power_record(target: str, case: str, point: str) -> str:
+    return f"{RESULTS}/{target}/{case}/check_power/{point}.json"
+
+
 def time_record(target: str, case: str, variant: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/time/{variant}/{point}.json"
 
@@ -107,11 +111,12 @@ def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
 
 def case_records(spec: dict, target: str) -> list[str]:
     """Every record ``target`` produces for the case of config ``spec``: the noise floor,
-    then its builds, verifications, times and baselines."""
+    then its builds, check power, verifications, times and baselines."""
     case = spec["name"]
     out = [noise_floor_record(target)]
     out += [build_record(target, case, v["name"]) for v in spec["variants"]]
     for p in spec["points"]:
+        out.append(check_power_record(target, case, p["name"]))
         for v in spec["variants"]:
             out += [verify_record(target, case, v["name"], p["name"]),
                     time_record(target, case, v["name"], p["name"])]

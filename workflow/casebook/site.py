@@ -76,8 +76,8 @@ def _failures(ev: Evidence) -> list[str]:
     return found
 
 
-# Lines never folded away: failures, drift and staleness (bad); warnings (warn).
-ALARMS = {"bad": re.compile(r"FAILED|STALE|DRIFT"), "warn": re.compile(r"WARNING|NOT GPU")}
+# Lines never folded away: failures, drift, staleness and weak checks (bad); warnings.
+ALARMS = {"bad": re.compile(r"FAILED|STALE|DRIFT|WEAK"), "warn": re.compile(r"WARNING|NOT GPU")}
 SHOWN_LINES = 2  # lines of each condition shown before "more": enough to identify it
 
 

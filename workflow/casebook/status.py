@@ -36,10 +36,15 @@ def _verification(ev: Evidence) -> list[dict[str, str]]:
                 *not_run]
     interpreted = any(c["execution"]["interpret"] for r in ev.ran.values()
                       for c in r["checks"] if "execution" in c)
-    # Where some variants did not run, name the ones that were verified.
+    # Where some variants did not run, name the ones that were verified; always say what
+    # ran (a numerics model, an interpreted kernel, a GPU kernel).
     which = f"{', '.join(sorted({v for v, _ in ev.ran}))} " if not_run else ""
-    return [_phrase(f"{which}verified in interpret mode" if interpreted
-                    else f"{which}verified on {hardware(ev)}", "ok"), *not_run]
+    what = ", ".join(ev.subjects(list(ev.ran.values())))
+    where = "in interpret mode on the host CPU" if interpreted else f"on {hardware(ev)}"
+    weak = ev.weak
+    return [_phrase(f"{which}verified ({what}) {where}", "ok"), *not_run,
+            *([_phrase(f"check WEAK at {len(weak)} of {len(ev.ran)} verified points: "
+                       + "; ".join(sorted(set(weak.values()))), "bad")] if weak else [])]
 
 
 def _versus(ev: Evidence) -> list[dict[str, str]]:

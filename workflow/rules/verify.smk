@@ -17,3 +17,17 @@ rule verify:
         constraint=target_constraint,
     script:
         "../scripts/verify.py"
+
+
+# Stage 4b: the check's power: near-miss mutants of each point through verify's own check.
+rule check_power:
+    input:
+        case_inputs,
+    output:
+        paths.check_power_record("{target}", "{case}", "{point}"),
+    params:
+        case_dir=config["case_dir"],
+    log:
+        paths.log("check_power", "{target}", "{case}", "{point}"),
+    script:
+        "../scripts/check_power.py"

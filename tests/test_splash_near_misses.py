@@ -1,0 +1,143 @@
+"""Case 02's check power: splash attention's near-miss mutants through verify's own check
+(``casebook.check_power``) at every configured point.
+
+The tolerances are upstream's; whether they catch a 1% bias is what the check_power
+record reports, so only the gross mutants are asserted caught here. The measured
+worst_error_over_tolerance of every mutant is printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from casebook import cases, check_power, config
+from kernels.splash_attention import masks, near_misses, reference_vjp
+
+CASE_DIR, CASE = "configs/cases", "splash_attention"
+SPEC = config.load_case(CASE_DIR, CASE)
+PATH = config.case_path(CASE_DIR, CASE)
+POINTS = {p["name"]: p["params"] for p in SPEC["points"]}
+OUTPUTS = ("out", "dq", "dk", "dv")
+SOFT_CAP_ONLY = {("out", "soft_cap_dropped"), ("dk", "soft_cap_derivative_dropped")}
+PARTIAL_BLOCK_ONLY = {("out", "partial_block_as_full")}  # causal and local masks
+# Caught by a wide margin (worst error ≥ ~5× the tolerance); the rest are reported only.
+GROSS = {("out", "partial_block_as_full"), ("out", "last_kv_block_skipped"),
+         ("out", "soft_cap_dropped"), ("dq", "one_head_zeroed"),
+         ("dk", "soft_cap_derivative_dropped")}
+
+splash = cases.load(CASE)
+
+
+@pytest.fixture(scope="module", params=sorted(POINTS))
+def measured(request):
+    name = request.param
+    found = check_power.measure(splash, POINTS[name], SPEC, PATH)
+    print(f"\n{name} (seed {found['seed']}): caught {found['caught']} of "
+          f"{found['applicable']}; smallest bias detected "
+          + ", ".join(f"{o} {b:.3g}" if b is not None else f"{o} none"
+                      for o, b in found["smallest_bias_detected"].items()))
+    for row in found["mutants"]:
+        worst = ", ".join(f"{t['worst_error_over_tolerance']:.4g}" for t in row["trials"])
+        print(f"  {row['output'] + ':' + row['name']:<32} "
+              + (f"worst/tol [{worst}] {'caught' if row['caught'] else 'MISSED'}"
+                 if row["applicable"] else "not applicable"))
+    return name, found
+
+
+def test_controls_pass(measured):
+    name, found = measured
+    assert set(found["controls"]) == set(OUTPUTS)
+    for output, control in found["controls"].items():
+        assert control["passed"], (name, output, control)
+        assert len(control["trials"]) == SPEC["verify"]["trials"]
+    for output, fraction in found["smallest_bias_detected"].items():
+        assert fraction is not None, (name, output)  # a 100% bias is always caught
+
+
+def test_mutants_apply_where_they_should(measured):
+    name, found = measured
+    params = POINTS[name]
+    rows = {(r["output"], r["name"]): r for r in found["mutants"]}
+    for key, row in rows.items():
+        if key in SOFT_CAP_ONLY:
+            expected = params.get("soft_cap") is not None
+        elif key in PARTIAL_BLOCK_ONLY:
+            expected = params["mask"]["kind"] in ("causal", "local")
+        else:
+            expected = True
+        assert row["applicable"] == expected, (name, key)
+        assert len(row["trials"]) == (SPEC["verify"]["trials"] if expected else 0)
+    assert found["applicable"] == sum(r["applicable"] for r in rows.values())
+
+
+def test_gross_mutants_are_caught(measured):
+    name, found = measured
+    for row in found["mutants"]:
+        if (row["output"], row["name"]) in GROSS and row["applicable"]:
+            assert row["caught"], (name, row)
+            assert all(t["worst_error_over_tolerance"] > 2 for t in row["trials"]), row
+
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_mutant_names_and_descriptions(name):
+    found = splash.mutants(POINTS[name])
+    keys = [(m.output, m.name) for m in found]
+    assert len(keys) == len(set(keys))
+    assert {m.output for m in found} == set(OUTPUTS)
+    for m in found:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", m.name), m.name
+        assert m.description and "\n" not in m.description and ". " not in m.description
+
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_model_outputs_are_the_oracle_in_the_input_dtype(name, rng):
+    params = POINTS[name]
+    inputs = splash.make_inputs(params, rng)
+    want = splash.oracle(params, inputs)
+    got = splash.model_outputs(params, inputs, want)
+    assert set(got) == set(OUTPUTS)
+    for output, value in got.items():
+        assert value.dtype == inputs["q"].dtype and value.shape == want[output].shape
+        np.testing.assert_array_equal(value, want[output].astype(inputs["q"].dtype))
+
+
+def test_partial_block_is_partial():
+    for params in POINTS.values():
+        i, j = near_misses.partial_block(params)
+        b = near_misses.BLOCK
+        block = masks.visible(params)[i * b:(i + 1) * b, j * b:(j + 1) * b]
+        assert block.any() and not block.all()
+
+
+def test_straight_through_soft_cap_changes_only_the_cap_derivative(rng):
+    params = POINTS["packed_softcap_f16"]
+    inputs = splash.make_inputs(params, rng)
+    args = (inputs["q"], inputs["k"], inputs["v"], inputs["do"], masks.visible(params))
+    capped = reference_vjp.gradients(*args, soft_cap=params["soft_cap"])
+    through = reference_vjp.gradients(*args, soft_cap=params["soft_cap"], cap_gradient=False)
+    np.testing.assert_allclose(through[0], capped[0], rtol=1e-12, atol=1e-14)  # out
+    np.testing.assert_allclose(through[3], capped[3], rtol=1e-12, atol=1e-14)  # dv: P·dO
+    for index in (1, 2):  # dq, dk pass through dS, which the cap's derivative scales
+        assert not np.allclose(through[index], capped[index], rtol=1e-3, atol=1e-6)
+    uncapped = reference_vjp.gradients(*args)  # no cap: the flag changes nothing
+    for a, b in zip(uncapped, reference_vjp.gradients(*args, cap_gradient=False),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["gqa_local_bf16", "mqa_causal_bf16"])
+def test_skipping_the_last_kv_block_zeroes_dv_rows_of_the_last_keys(name, rng):
+    params = POINTS[name]
+    inputs = splash.make_inputs(params, rng)
+    (mutant,) = [m for m in splash.mutants(params)
+                 if (m.output, m.name) == ("dv", "last_kv_block_skipped")]
+    correct = rng.standard_normal((params["heads_kv"], params["seq_len"], params["head_dim"]))
+    if params["heads_kv"] == 1:
+        correct = correct[0]  # MQA: dv is [Skv, D]
+    got = mutant.make(params, inputs, {}, correct)
+    changed = np.argwhere(got != correct)[:, -2]  # the key (row) axis
+    assert set(changed) == set(range(params["seq_len"] - near_misses.BLOCK,
+                                     params["seq_len"]))

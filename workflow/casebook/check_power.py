@@ -1,0 +1,124 @@
+"""Stage 4b, check power: each case's near-miss mutants run through verify's own check.
+
+A check that passes a wrong kernel certifies it. For every point, the case's correct
+outputs (``model_outputs``) must pass and each of its mutants (``kernels.mutants``) must
+fail, on fresh seeded inputs, trial after trial; the smallest uniform bias the check
+detects, relative to the output's RMS, is found by bisection. A mutant that passes in any
+trial is not caught, and every figure showing that output is marked WEAK.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from casebook import cases, config, provenance, records, verify
+from kernels.mutants import biased
+
+BIAS_RANGE = (1e-9, 1.0)  # relative to the output's RMS: the bisection's bracket
+BIAS_STEPS = 12  # log-space bisection: a factor of 10^(9/2^12) ≈ 1.005 at the end
+
+
+def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str, Any]:
+    spec = config.load_case(case_dir, case)
+    path = config.case_path(case_dir, case)
+    params = config.find(spec["points"], point, path, "points")["params"]
+    return records.write(out, "check_power", {
+        "target": target, "case": case, "point": point, "params": params,
+        "sources_sha256": provenance.case_sources_sha256(case, path),
+        **measure(cases.load(case), params, spec, path)})
+
+
+def _check(plugin, params, inputs, want, tolerance, output, value) -> dict[str, Any]:
+    return verify.check_outputs(params, inputs, {output: value}, want, tolerance,
+                                getattr(plugin, "compare", None))
+
+
+def _detects(plugin, params, inputs, want, tolerance, output, value, fraction) -> bool:
+    return not _check(plugin, params, inputs, want, tolerance, output,
+                      biased(value, fraction))["passed"]
+
+
+def smallest_bias(detects) -> float | None:
+    """The smallest fraction in BIAS_RANGE that ``detects`` (monotone) flags; None if even
+    the largest passes."""
+    low, high = (math.log10(b) for b in BIAS_RANGE)
+    if not detects(10**high):
+        return None
+    if detects(10**low):
+        return 10**low
+    for _ in range(BIAS_STEPS):
+        middle = (low + high) / 2
+        low, high = (low, middle) if detects(10**middle) else (middle, high)
+    return 10**high
+
+
+def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
+            path: object) -> dict[str, Any]:
+    """The body of a check_power record: controls, mutants and the bias detected."""
+    tolerance = verify.tolerance_of(spec, params, path)
+    seed = verify.draw_seed()
+    mutants = plugin.mutants(params)
+    found = {(m.output, m.name): {"name": m.name, "output": m.output,
+                                  "description": m.description, "trials": []}
+             for m in mutants}
+    controls: dict[str, list[dict[str, Any]]] = {}
+    biases: dict[str, list[float | None]] = {}
+    for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
+        inputs = plugin.make_inputs(params, np.random.default_rng(stream))
+        want = plugin.oracle(params, inputs)
+        correct = plugin.model_outputs(params, inputs, want)
+        for output, value in correct.items():
+            check = _check(plugin, params, inputs, want, tolerance, output, value)
+            controls.setdefault(output, []).append(_summary(check))
+            biases.setdefault(output, []).append(smallest_bias(functools.partial(
+                _detects, plugin, params, inputs, want, tolerance, output, value)))
+        for m in mutants:
+            got = m.make(params, inputs, want, correct[m.output])
+            found[m.output, m.name]["trials"].append(
+                None if got is None else
+                _summary(_check(plugin, params, inputs, want, tolerance, m.output, got)))
+    rows = [_verdict(row) for row in found.values()]
+    applicable = [r for r in rows if r["applicable"]]
+    return {
+        "seed": seed, "trials": spec["verify"]["trials"],
+        "controls": {o: {"passed": all(c["passed"] for c in checks), "trials": checks}
+                     for o, checks in controls.items()},
+        "smallest_bias_detected": {o: None if None in b else max(b)
+                                   for o, b in biases.items()},
+        "mutants": rows,
+        "caught": sum(r["caught"] for r in applicable),
+        "applicable": len(applicable),
+        "missed": [f"{r['output']}:{r['name']}" for r in applicable if not r["caught"]],
+    }
+
+
+def _summary(check: dict[str, Any]) -> dict[str, Any]:
+    return {"passed": check["passed"], "nan_count": check.get("nan_count") or 0,
+            "max_abs_error": check.get("max_abs_error"),
+            "worst_error_over_tolerance": check.get("worst_error_over_tolerance"),
+            **({"error": check["error"]} if check.get("error") else {})}
+
+
+def _verdict(row: dict[str, Any]) -> dict[str, Any]:
+    """Caught: the check failed the mutant in every trial where it applies."""
+    ran = [t for t in row["trials"] if t is not None]
+    return {**row, "trials": ran, "applicable": bool(ran),
+            "caught": bool(ran) and not any(t["passed"] for t in ran)}
+
+
+def power(record: dict[str, Any], outputs: set[str] | frozenset[str]) -> dict[str, Any]:
+    """The check's power for a figure showing ``outputs``: mutants caught of those
+    applicable, the ones missed, the smallest bias detected, and whether each correct
+    output passed its own check."""
+    rows = [r for r in record["mutants"] if r["output"] in outputs and r["applicable"]]
+    missed = [f"{r['output']}:{r['name']}" for r in rows if not r["caught"]]
+    controls = [record["controls"][o]["passed"] for o in outputs if o in record["controls"]]
+    return {"caught": len(rows) - len(missed), "applicable": len(rows), "missed": missed,
+            "controls_passed": all(controls),
+            "bias": {o: record["smallest_bias_detected"].get(o) for o in sorted(outputs)
+                     if o in record["smallest_bias_detected"]},
+            "weak": bool(missed) or not all(controls) or not rows}

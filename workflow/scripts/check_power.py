@@ -1,0 +1,8 @@
+"""Snakemake script: stage 4b, run one point's mutants through verify's own check."""
+
+from casebook import check_power
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    w = snakemake.wildcards
+    check_power.run(snakemake.params.case_dir, w.case, w.point, w.target, snakemake.output[0])
