@@ -66,7 +66,8 @@ def variant_draw(name: str, rng: np.random.Generator, spec: dict) -> dict:
     seconds = time.perf_counter() - start
     check = verify.check_outputs(
         params, inputs, got, moe.oracle(params, inputs),
-        lambda output: config.tolerance(spec, "nvfp4", output, "moe_nvfp4.yaml"), moe.compare)
+        lambda output: config.tolerance(spec, "nvfp4", output, "moe_nvfp4.yaml"), moe.compare,
+        runnable.execution["poisoned"])
     return {"variant": name, "params": params, "masked_m": inputs["masked_m"].tolist(),
             "passed": check["passed"] and not moe.races_found(),
             "outputs": {k: {f: v.get(f) for f in ("passed", "worst_error_over_tolerance",

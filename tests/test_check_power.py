@@ -55,6 +55,7 @@ def test_a_caught_a_missed_and_an_inapplicable_mutant_are_each_recorded():
     assert rows["bias_10pct"]["caught"] and len(rows["bias_10pct"]["trials"]) == 2
     assert not rows["tiny"]["caught"] and rows["tiny"]["applicable"]
     assert not rows["never"]["applicable"] and rows["never"]["trials"] == []
+    assert rows["bias_10pct"]["caught_poisoned"] and not rows["tiny"]["caught_poisoned"]
     assert (found["caught"], found["applicable"], found["missed"]) == (1, 2, ["y:tiny"])
     assert found["controls"]["y"]["passed"]
     # atol 1e-3 + rtol 1e-3·|y| with |y| ~ 2: a bias is seen from about 1e-3 on.
@@ -120,11 +121,32 @@ def test_case_01_catches_code_and_gemm_mutants_and_names_the_weak_checks():
     for key in [("h", "bias_1pct"), ("h", "last_k_tile_dropped"), ("out", "bias_1pct"),
                 ("out", "last_k_tile_dropped")]:
         assert rows[key]["caught"], key
-    # Known weak: rows past masked_m are not compared (the oracle has no value there), and
-    # the whole paths' bound sums every tie's worst case; the page says WEAK for these.
-    assert set(found["missed"]) <= {"h:row_past_masked_m", "out_fused:bias_1pct",
-                                    "out_unfused:bias_1pct", "out_fused:act_not_requantized",
-                                    "out_unfused:act_not_requantized"}
+    # A row past masked_m is seen only where the outputs were poisoned (the interpreter's
+    # check): elsewhere its values are whatever memory held.
+    for stage in ("h", "out", "out_fused"):
+        row = rows[stage, "row_past_masked_m"]
+        assert row["caught_poisoned"] and not row["caught"], stage
+    # Known weak: the whole paths' bound sums every tie's worst case; the page says WEAK.
+    whole_paths = {"out_fused:bias_1pct", "out_unfused:bias_1pct",
+                   "out_fused:act_not_requantized", "out_unfused:act_not_requantized"}
+    assert set(found["missed_poisoned"]) <= whole_paths
+    assert set(found["missed"]) <= whole_paths | {f"{s}:row_past_masked_m"
+                                                  for s in ("h", "out", "out_fused")}
+    assert all(c["passed_poisoned"] for c in found["controls"].values())
+
+
+def test_a_value_written_past_masked_m_fails_only_a_poisoned_check(rng):
+    from kernels.moe_nvfp4 import checks
+
+    want = np.stack([rng.standard_normal((2, 8, 4)), np.full((2, 8, 4), 1e-3)])
+    want[:, 1, 5:] = np.nan  # expert 1: masked_m = 5
+    got = want[0].copy()
+    tolerance = {"atol": 0, "rtol": 2**-8}
+    assert checks.compare("h", got, want, tolerance, poisoned=True)["passed"]
+    got[1, 6] = 0.5  # written past masked_m
+    assert checks.compare("h", got, want, tolerance)["passed"]  # unseen without poison
+    found = checks.compare("h", got, want, tolerance, poisoned=True)
+    assert not found["passed"] and found["written_past_masked_m"] == 4
 
 
 def test_the_rule_writes_a_schema_checked_record(tmp_path):

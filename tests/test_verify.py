@@ -73,7 +73,7 @@ def test_an_output_without_a_tolerance_names_the_key():
 def test_a_case_may_compare_an_output_its_own_way():
     seen = []
 
-    def compare(params, inputs, output, got, want, tolerance):
+    def compare(params, inputs, output, got, want, tolerance, poisoned):
         seen.append(output)
         if output != "codes":
             return None

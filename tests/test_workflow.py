@@ -87,8 +87,8 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert f"out:{'bias_1pct'}" in power["missed"]
     assert "check WEAK at 2 of 2 verified points: lets out:bias_1pct pass" in \
         html.unescape(index.read_text())
-    assert "check power WEAK: 2/3 mutants caught, lets out:bias_1pct pass" in \
-        html.unescape(page.read_text())
+    assert ("check power WEAK: 2/3 mutants caught (as a check of poisoned outputs), lets "
+            "out:bias_1pct pass") in html.unescape(page.read_text())
     figures = figures_of(page)
     assert len(figures) == 3  # correctness, build (shared memory) and timing
     for figure in figures:

@@ -106,9 +106,17 @@ def tie_aware(x, gs, packed, scales, valid, x_slack=None) -> dict[str, Any]:
                  oracle_planes.code_planes(x, gs, valid, slack), nvfp4.TIE_WINDOW)
 
 
-def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any]
-            ) -> dict[str, Any]:
-    """The check of one named output (codes tie-aware, values against their bound)."""
+def written_past_masked_m(got: np.ndarray, want: np.ndarray) -> int:
+    """Elements of a value output on rows past masked_m (NaN in the oracle) that are not
+    NaN: written by a kernel whose outputs were poisoned."""
+    return int(np.count_nonzero(np.isnan(want[0]) & ~np.isnan(got)))
+
+
+def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any],
+            poisoned: bool = False) -> dict[str, Any]:
+    """The check of one named output (codes tie-aware, values against their bound); where
+    the outputs were poisoned, a value written on a row past masked_m fails. (Codes are
+    not held to it: the 128x4 scale layout writes whole 128-row atoms.)"""
     is_codes = output in CODE_OUTPUTS
     if (got.shape[1:] if is_codes else got.shape) != want.shape[1:]:
         return {"passed": False, "error": f"shape {got.shape} does not match the oracle's "
@@ -116,4 +124,9 @@ def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str,
                 "worst_error_over_tolerance": None}
     if is_codes:
         return codes(got, want, tolerance["rtol"])
-    return bounded(got, want, tolerance["atol"], tolerance["rtol"])
+    found = bounded(got, want, tolerance["atol"], tolerance["rtol"])
+    written = written_past_masked_m(got, want) if poisoned else 0
+    if not written:
+        return found
+    return {**found, "passed": False, "written_past_masked_m": written,
+            "error": f"{written} elements written on rows past masked_m"}

@@ -15,6 +15,7 @@ from kernels.moe_nvfp4 import checks, moe_f64, nvfp4
 from kernels.mutants import Mutant, bias
 
 K_TILE = 64  # K elements of the smallest GEMM K tile (32 packed bytes)
+GEMMS = {"h": ("a1", "w1", "alpha1"), "out": ("a2", "w2", "alpha2")}  # A, B, alpha inputs
 
 
 def bf16(x: np.ndarray) -> np.ndarray:
@@ -50,7 +51,7 @@ def _truncated(stage):
 
 def _k_tile_dropped(stage):
     """The GEMM of ``stage`` ("h" or "out") without its operand's last K_TILE of K."""
-    a, w, alpha = {"h": ("a1", "w1", "alpha1"), "out": ("a2", "w2", "alpha2")}[stage]
+    a, w, alpha = GEMMS[stage]
 
     def make(params, inputs, want, correct):
         packed = inputs[f"{a}_packed"].copy()
@@ -61,17 +62,23 @@ def _k_tile_dropped(stage):
     return make
 
 
-def _row_past_masked_m(params, inputs, want, correct):
-    masked, rows = inputs["masked_m"], correct.shape[1]
-    expert = next((e for e, m in enumerate(masked) if m < rows), None)
-    if expert is None:
-        return None  # every expert uses every row
-    full = moe_f64.masked_gemm(inputs["a1_packed"], inputs["a1_scales"], inputs["w1_packed"],
-                               inputs["w1_scales"], inputs["alpha1"],
-                               np.full_like(masked, rows))
-    out = correct.copy()
-    out[expert, masked[expert]] = bf16(full[expert, masked[expert]])
-    return out
+def _row_past_masked_m(stage):
+    """The GEMM of ``stage`` ("h" or "out") also computed on the first row past an
+    expert's masked_m."""
+    a, w, alpha = GEMMS[stage]
+
+    def make(params, inputs, want, correct):
+        masked, rows = inputs["masked_m"], correct.shape[1]
+        expert = next((e for e, m in enumerate(masked) if m < rows), None)
+        if expert is None:
+            return None  # every expert uses every row
+        full = moe_f64.masked_gemm(inputs[f"{a}_packed"], inputs[f"{a}_scales"],
+                                   inputs[f"{w}_packed"], inputs[f"{w}_scales"], inputs[alpha],
+                                   np.full_like(masked, rows))
+        out = correct.copy()
+        out[expert, masked[expert]] = bf16(full[expert, masked[expert]])
+        return out
+    return make
 
 
 def _act_not_requantized(params, inputs, want, correct):
@@ -93,8 +100,9 @@ def mutants(params: dict[str, Any]) -> list[Mutant]:
         bias("h"),
         Mutant("last_k_tile_dropped", "h", f"GEMM1 without the last {K_TILE} of K",
                _k_tile_dropped("h")),
-        Mutant("row_past_masked_m", "h", "one row past an expert's masked_m computed",
-               _row_past_masked_m),
+        *(Mutant("row_past_masked_m", stage, f"{stage} also written on one row past an "
+                 "expert's masked_m", _row_past_masked_m(gemm))
+          for stage, gemm in (("h", "h"), ("out", "out"), ("out_fused", "out"))),
         bias("out"),
         Mutant("last_k_tile_dropped", "out", f"GEMM2 without the last {K_TILE} of K",
                _k_tile_dropped("out")),

@@ -13,9 +13,10 @@
   writes, and ``mutants(params) -> [kernels.mutants.Mutant]``: near misses of it, which
   the check must catch (``casebook.check_power``).
 
-Optional: ``compare(params, inputs, output, got, want, tolerance) -> dict | None``, a
-case's own check of one named output on ``inputs`` (None: the elementwise default,
-``verify.compare``).
+Optional: ``compare(params, inputs, output, got, want, tolerance, poisoned) -> dict |
+None``, a case's own check of one named output on ``inputs`` (None: the elementwise
+default, ``verify.compare``); ``poisoned``: the outputs were NaN before the kernel ran, so
+what it must not write must still be NaN.
 Optional: ``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes,
 tie_rule}``,
 the tile rows the autotune rule measures for a variant (``casebook.autotune``).

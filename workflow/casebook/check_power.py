@@ -2,9 +2,10 @@
 
 A check that passes a wrong kernel certifies it. For every point, the case's correct
 outputs (``model_outputs``) must pass and each of its mutants (``kernels.mutants``) must
-fail, on fresh seeded inputs, trial after trial; the smallest uniform bias the check
-detects, relative to the output's RMS, is found by bisection. A mutant that passes in any
-trial is not caught, and every figure showing that output is marked WEAK.
+fail, on fresh seeded inputs, trial after trial, judged as for a kernel whose outputs
+were poisoned and for one whose were not; the smallest uniform bias the check detects,
+relative to the output's RMS, is found by bisection. A mutant that passes in any trial is
+not caught, and every figure showing that output is marked WEAK.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from kernels.mutants import biased
 
 BIAS_RANGE = (1e-9, 1.0)  # relative to the output's RMS: the bisection's bracket
 BIAS_STEPS = 12  # log-space bisection: a factor of 10^(9/2^12) ≈ 1.005 at the end
+# A kernel's outputs NaN before it ran (the interpreter's check) or not (a GPU, a timed
+# run): a case's compare may hold poisoned outputs to more (rows never to be written).
+POISON_MODES = {"plain": False, "poisoned": True}
 
 
 def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str, Any]:
@@ -32,9 +36,9 @@ def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str
         **measure(cases.load(case), params, spec, path)})
 
 
-def _check(plugin, params, inputs, want, tolerance, output, value) -> dict[str, Any]:
+def _check(plugin, params, inputs, want, tolerance, output, value, poisoned=False):
     return verify.check_outputs(params, inputs, {output: value}, want, tolerance,
-                                getattr(plugin, "compare", None))
+                                getattr(plugin, "compare", None), poisoned)
 
 
 def _detects(plugin, params, inputs, want, tolerance, output, value, fraction) -> bool:
@@ -56,43 +60,60 @@ def smallest_bias(detects) -> float | None:
     return 10**high
 
 
+def _both(plugin, params, inputs, want, tolerance, output, value) -> dict[str, Any]:
+    """One output checked as a kernel's, with and without poisoned outputs."""
+    return {mode: _summary(_check(plugin, params, inputs, want, tolerance, output, value,
+                                  poisoned))
+            for mode, poisoned in POISON_MODES.items()}
+
+
 def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
             path: object) -> dict[str, Any]:
-    """The body of a check_power record: controls, mutants and the bias detected."""
+    """The body of a check_power record: controls, mutants and the bias detected, each
+    check made as for a kernel whose outputs were poisoned and for one whose were not."""
     tolerance = verify.tolerance_of(spec, params, path)
     seed = verify.draw_seed()
     mutants = plugin.mutants(params)
     found = {(m.output, m.name): {"name": m.name, "output": m.output,
-                                  "description": m.description, "trials": []}
+                                  "description": m.description,
+                                  **{mode: [] for mode in POISON_MODES}}
              for m in mutants}
-    controls: dict[str, list[dict[str, Any]]] = {}
+    controls: dict[str, dict[str, list[dict[str, Any]]]] = {}
     biases: dict[str, list[float | None]] = {}
     for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
         inputs = plugin.make_inputs(params, np.random.default_rng(stream))
         want = plugin.oracle(params, inputs)
         correct = plugin.model_outputs(params, inputs, want)
         for output, value in correct.items():
-            check = _check(plugin, params, inputs, want, tolerance, output, value)
-            controls.setdefault(output, []).append(_summary(check))
+            for mode, check in _both(plugin, params, inputs, want, tolerance, output,
+                                     value).items():
+                controls.setdefault(output, {m: [] for m in POISON_MODES})[mode].append(check)
             biases.setdefault(output, []).append(smallest_bias(functools.partial(
                 _detects, plugin, params, inputs, want, tolerance, output, value)))
         for m in mutants:
             got = m.make(params, inputs, want, correct[m.output])
-            found[m.output, m.name]["trials"].append(
-                None if got is None else
-                _summary(_check(plugin, params, inputs, want, tolerance, m.output, got)))
+            if got is not None:
+                row = found[m.output, m.name]
+                for mode, check in _both(plugin, params, inputs, want, tolerance,
+                                         m.output, got).items():
+                    row[mode].append(check)
     rows = [_verdict(row) for row in found.values()]
     applicable = [r for r in rows if r["applicable"]]
     return {
         "seed": seed, "trials": spec["verify"]["trials"],
-        "controls": {o: {"passed": all(c["passed"] for c in checks), "trials": checks}
+        "controls": {o: {"passed": all(c["passed"] for c in checks["plain"]),
+                         "passed_poisoned": all(c["passed"] for c in checks["poisoned"]),
+                         "trials": checks["plain"], "poisoned_trials": checks["poisoned"]}
                      for o, checks in controls.items()},
         "smallest_bias_detected": {o: None if None in b else max(b)
                                    for o, b in biases.items()},
         "mutants": rows,
-        "caught": sum(r["caught"] for r in applicable),
         "applicable": len(applicable),
+        "caught": sum(r["caught"] for r in applicable),
         "missed": [f"{r['output']}:{r['name']}" for r in applicable if not r["caught"]],
+        "caught_poisoned": sum(r["caught_poisoned"] for r in applicable),
+        "missed_poisoned": [f"{r['output']}:{r['name']}" for r in applicable
+                            if not r["caught_poisoned"]],
     }
 
 
@@ -105,20 +126,24 @@ def _summary(check: dict[str, Any]) -> dict[str, Any]:
 
 def _verdict(row: dict[str, Any]) -> dict[str, Any]:
     """Caught: the check failed the mutant in every trial where it applies."""
-    ran = [t for t in row["trials"] if t is not None]
-    return {**row, "trials": ran, "applicable": bool(ran),
-            "caught": bool(ran) and not any(t["passed"] for t in ran)}
+    plain, poisoned = row.pop("plain"), row.pop("poisoned")
+    return {**row, "trials": plain, "poisoned_trials": poisoned, "applicable": bool(plain),
+            "caught": bool(plain) and not any(t["passed"] for t in plain),
+            "caught_poisoned": bool(poisoned) and not any(t["passed"] for t in poisoned)}
 
 
-def power(record: dict[str, Any], outputs: set[str] | frozenset[str]) -> dict[str, Any]:
-    """The check's power for a figure showing ``outputs``: mutants caught of those
-    applicable, the ones missed, the smallest bias detected, and whether each correct
-    output passed its own check."""
+def power(record: dict[str, Any], outputs: set[str] | frozenset[str],
+          poisoned: bool = False) -> dict[str, Any]:
+    """The check's power for a figure showing ``outputs`` whose kernel ran with poisoned
+    outputs or not: mutants caught of those applicable, the ones missed, the smallest bias
+    detected, and whether each correct output passed its own check."""
+    caught, passed = ("caught_poisoned", "passed_poisoned") if poisoned else \
+        ("caught", "passed")
     rows = [r for r in record["mutants"] if r["output"] in outputs and r["applicable"]]
-    missed = [f"{r['output']}:{r['name']}" for r in rows if not r["caught"]]
-    controls = [record["controls"][o]["passed"] for o in outputs if o in record["controls"]]
+    missed = [f"{r['output']}:{r['name']}" for r in rows if not r[caught]]
+    controls = [record["controls"][o][passed] for o in outputs if o in record["controls"]]
     return {"caught": len(rows) - len(missed), "applicable": len(rows), "missed": missed,
-            "controls_passed": all(controls),
+            "controls_passed": all(controls), "poisoned": poisoned,
             "bias": {o: record["smallest_bias_detected"].get(o) for o in sorted(outputs)
                      if o in record["smallest_bias_detected"]},
             "weak": bool(missed) or not all(controls) or not rows}

@@ -115,7 +115,8 @@ def power_text(power: dict[str, Any] | None) -> str:
         return "check power: WEAK, not measured (no check_power record)"
     bias = ", ".join(f"{o} {b:.2g}" if b is not None else f"{o} none up to 100%"
                      for o, b in power["bias"].items())
-    caught = f"{power['caught']}/{power['applicable']} mutants caught"
+    caught = f"{power['caught']}/{power['applicable']} mutants caught" + (
+        " (as a check of poisoned outputs)" if power.get("poisoned") else "")
     if not power["weak"]:
         return f"check power: {caught}; smallest uniform bias detected, × the output's " \
                f"RMS: {bias}"

@@ -83,9 +83,11 @@ class Evidence:
         """The check's power for what ``variant`` computes at ``point`` (the outputs its
         verification checked); None where no check_power record or no check exists."""
         record, checked = self.check_power.get(point), self.verify.get((variant, point))
-        outputs = frozenset(name for c in (checked or {}).get("checks", [])
-                            for name in c.get("outputs", {}))
-        return check_power.power(record, outputs) if record and outputs else None
+        checks = (checked or {}).get("checks", [])
+        outputs = frozenset(name for c in checks for name in c.get("outputs", {}))
+        # Every trial must pass, so a mutant that one poisoned run catches is caught.
+        poisoned = any(c.get("execution", {}).get("poisoned") for c in checks)
+        return check_power.power(record, outputs, poisoned) if record and outputs else None
 
     @property
     def weak(self) -> dict[tuple[str, str], str]:

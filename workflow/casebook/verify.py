@@ -63,10 +63,12 @@ def compare(out: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict
 
 def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: Any,
                   want: Any, tolerance: Tolerance,
-                  own_compare: Callable[..., dict[str, Any] | None] | None = None
-                  ) -> dict[str, Any]:
+                  own_compare: Callable[..., dict[str, Any] | None] | None = None,
+                  poisoned: bool = False) -> dict[str, Any]:
     """Every output the kernel returned against the oracle's output of that name, and the
-    worst of them; an output the oracle lacks, or none at all, fails."""
+    worst of them; an output the oracle lacks, or none at all, fails. ``poisoned``: the
+    outputs were NaN before the kernel ran, so a case's compare may demand that what a
+    kernel must not write is still NaN."""
     got, want = named(got), named(want)
     outputs: dict[str, dict[str, Any]] = {}
     for name, value in got.items():
@@ -76,8 +78,8 @@ def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: An
                              "max_abs_error": None, "worst_error_over_tolerance": None}
             continue
         tol = tolerance(name)
-        check = (own_compare(params, inputs, name, value, want[name], tol) if own_compare
-                 else None)
+        check = (own_compare(params, inputs, name, value, want[name], tol, poisoned)
+                 if own_compare else None)
         outputs[name] = check if check is not None else compare(
             value, want[name], tol["atol"], tol["rtol"])
     if not outputs:
@@ -115,7 +117,8 @@ def check_trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[
         got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
         return {"passed": False, "error": f"{type(error).__name__}: {error}"}
-    return check_outputs(params, inputs, got, want, tolerance, own_compare)
+    return check_outputs(params, inputs, got, want, tolerance, own_compare,
+                         runnable.execution["poisoned"])
 
 
 def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> Tolerance:
