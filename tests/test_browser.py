@@ -245,6 +245,34 @@ def test_readable_at_phone_width(browser, site):
     assert visit.problems == []
 
 
+WIDE = {"width": 1400, "height": 900}
+# A row far wider than any window: appended to every results table of the page.
+WIDEN = """() => document.querySelectorAll('table.results tbody').forEach(body => {
+    const row = body.insertRow(); const cell = row.insertCell();
+    cell.textContent = 'x'.repeat(600); cell.style.whiteSpace = 'nowrap'; })"""
+
+
+def test_wide_tables_scroll_inside_their_box(browser, site):
+    """At a 1400-px window no page runs off its right edge, even where every table is
+    made wider than the window: each table scrolls inside its own box."""
+    visit = Visit(browser, site.as_uri() + "/", viewport=WIDE)
+    tables = 0
+    for url in crawl(visit):
+        page = visit.open(url)
+        page.evaluate(WIDEN)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= WIDE["width"], f"{url}: {width} px wide at {WIDE['width']} px"
+        for box in page.locator("table.results").all():
+            scroller = box.locator("xpath=ancestor::div[contains(@class, 'scroll')][1]")
+            assert scroller.count() == 1, f"{url}: a results table outside a scroll box"
+            edge = scroller.bounding_box()
+            assert edge["x"] + edge["width"] <= WIDE["width"], f"{url}: box off the edge"
+            assert scroller.evaluate("e => e.scrollWidth > e.clientWidth"), url
+            tables += 1
+    visit.close()
+    assert tables >= 3 and visit.problems == []
+
+
 def test_unfold_shows_every_condition_line(browser, site):
     visit = Visit(browser, site.as_uri() + "/")
     page = visit.open(visit.root + "splash_attention.html")

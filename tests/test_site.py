@@ -177,3 +177,33 @@ def test_numerics_notes_are_stated_on_the_case_page_and_subnormals_on_methods(
     assert f"Limits of verification {note}" in text(paths.site_page("moe_nvfp4"))
     assert ("Subnormals Interpret mode and the CPU XLA baselines run on XLA on the host CPU, "
             "which flushes subnormal floats to zero") in text(paths.site_methods())
+
+
+def test_correctness_labels_never_overlap_however_many_bars():
+    from casebook import figures
+
+    ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
+    record = {**ev.verify["v", "p"], "worst_error_over_tolerance": 0.3}
+    ev.verify["v", "p"] = record
+    for variant in ("mgpu", "mgpu_mask_tiles", "mgpu_bwd", "upstream", "upstream_bwd"):
+        for point in ("mha_causal_f16", "gqa_local_bf16", "mqa_causal_bf16",
+                      "packed_softcap_f16"):
+            ev.verify[variant, point] = record
+    fig = figures.draw_correctness(ev)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    boxes = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_text()]
+    assert len(boxes) == len(ev.ran) == 21
+    for i, first in enumerate(boxes):
+        for second in boxes[i + 1:]:
+            assert not first.overlaps(second), (first, second)
+
+
+def test_the_problem_grid_prints_integers_as_integers():
+    spec = {"name": "c", "points": [
+        {"name": "tiled", "params": {"seq_len": 256, "tiles": {"block_q": 128}, "cap": 2.5}},
+        {"name": "plain", "params": {"seq_len": 512}}]}
+    grid = tables.points(spec)
+    assert ">128<" in grid and ">512<" in grid and ">2.5<" in grid
+    assert "128.0" not in grid and "—" in grid  # a missing cell is a dash, not NaN

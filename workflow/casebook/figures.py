@@ -42,21 +42,28 @@ def _save(fig: plt.Figure, path: str) -> None:
     records.atomic_write_text(path, buffer.getvalue())
 
 
-def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
-    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+def draw_correctness(ev: Evidence) -> plt.Figure:
+    """One horizontal bar per variant and point (labels never crowd an axis)."""
+    fig, ax = plt.subplots(figsize=(6.4, 0.24 * len(ev.ran) + 1.3))
     labels, values, colours = [], [], []
     for (variant, point), record in ev.ran.items():
         worst = record["worst_error_over_tolerance"]
-        labels.append(f"{variant}\n{point}")
+        labels.append(f"{variant} @ {point}")
         values.append(worst if worst is not None else float("nan"))
         colours.append("#2a7f62" if record["passed"] else "#c0392b")
-    ax.bar(labels, values, color=colours)
-    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="tolerance")
-    ax.set_yscale("log")
-    ax.set_ylabel("worst |error| / tolerance")
-    ax.legend(loc="upper right")
+    ax.barh(labels, values, color=colours)
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=7)
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=1, label="tolerance")
+    ax.set_xscale("log")
+    ax.set_xlabel("worst |error| / tolerance")
+    ax.legend(loc="lower right", fontsize=7)
     ax.set_title(f"Worst error against tolerance\n{face_label(ev, list(ev.ran.values()))}")
-    _save(fig, path)
+    return fig
+
+
+def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
+    _save(draw_correctness(ev), path)
     return {"title": "Worst error against tolerance",
             "caption": "Largest elementwise error over all random draws, divided by the "
                        "stated tolerance (below 1 passes); red bars failed."}

@@ -19,14 +19,20 @@ from casebook.evidence import Evidence
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
 
 
+def _cell(value: Any) -> Any:
+    """A float to 6 significant digits; anything else as it is (an int stays an int)."""
+    return f"{value:.6g}" if isinstance(value, float) else value
+
+
 def _html(rows: list[dict[str, Any]], failed: list[bool], table_id: str) -> str:
     if not rows:
         return ""
-    frame = pd.DataFrame(rows)
+    # object columns: a value missing from some rows must not turn 128 into 128.000000
+    frame = pd.DataFrame(rows, dtype=object)
     classes = pd.DataFrame([["fail" if bad else ""] * frame.shape[1] for bad in failed],
                            columns=frame.columns)
     styler = (Styler(frame, uuid=table_id, cell_ids=False).hide(axis="index")
-              .format(escape="html", na_rep="—").set_td_classes(classes))
+              .format(_cell, escape="html", na_rep="—").set_td_classes(classes))
     for column in ("record", "samples"):
         if column in frame:
             styler = styler.format(_link(column), subset=[column], escape="html", na_rep="—")
