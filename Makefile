@@ -67,6 +67,7 @@ env: $(STAMP)
 
 run: env
 	$(BIN)/snakemake --cores all
+	PYTHONPATH=workflow:. $(BIN)/python -m casebook.verdict
 
 test: env lint chromium
 	CASEBOOK_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest

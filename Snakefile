@@ -32,3 +32,10 @@ rule all:
     default_target: True
     input:
         final_outputs(),
+
+
+# The site is rendered; a failed verification or a refused measurement then fails the run
+# (config fail_on_failures), named in one line. Only the run itself, never one job of it.
+onsuccess:
+    if not workflow.remote_exec:
+        verdict.finish(CASES, MEASURED, config["fail_on_failures"])

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -208,7 +209,19 @@ def test_a_corrupt_record_stops_the_figures(project):
 def test_a_failed_verification_is_shown_never_timed(tmp_path):
     project = make_project(tmp_path, tiny_case(tolerance_scale=1e-9))
     done = snakemake(project)
-    assert done.returncode == 0, done.stderr[-4000:]
+    # The site is rendered, then the run fails, naming the points in one line.
+    assert done.returncode == 1, done.stderr[-4000:]
+    line = ("casebook: 2 point(s) failed verification: cpu/splash_attention/mgpu/"
+            "mha_causal_f16, cpu/splash_attention/upstream/mha_causal_f16 (the site shows them)")
+    assert line in done.stderr.splitlines()
+    # A rerun with nothing to do says nothing; the verdict on the records says it again.
+    again = subprocess.run([sys.executable, "-m", "casebook.verdict", "--configfile",
+                            str(project.parent / "tiny.yaml")], cwd=project,
+                           capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": f"{project / 'workflow'}:{project}"})
+    assert again.returncode == 1 and again.stderr.splitlines() == [line], again.stderr
+    quiet = snakemake(project, "--config", "fail_on_failures=False", "--forcerun", "index")
+    assert quiet.returncode == 0 and line in quiet.stderr.splitlines(), quiet.stderr[-2000:]
     time_record = json.loads(
         (project / "results/cpu/splash_attention/time/upstream/mha_causal_f16.json").read_text())
     assert time_record["timed"] is False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +72,14 @@ def read_yaml(path: Path) -> Any:
         raise CasebookError(path, None, f"not valid YAML ({error})") from None
 
 
-def load_global() -> dict[str, Any]:
-    """configs/config.yaml, validated, with the schema's defaults filled in."""
+def load_global(overlays: Sequence[str | Path] = ()) -> dict[str, Any]:
+    """configs/config.yaml with each overlay's top-level keys on top (as Snakemake's
+    ``--configfile``), validated, with the schema's defaults filled in."""
     path = paths.SOURCE_ROOT / "configs" / "config.yaml"
     settings = read_yaml(path)
-    validate(path, settings, paths.CONFIG_SCHEMA)
+    for overlay in map(Path, overlays):
+        settings.update(read_yaml(overlay) or {})
+    validate(" + ".join(map(str, [path, *overlays])), settings, paths.CONFIG_SCHEMA)
     return settings
 
 

@@ -127,3 +127,13 @@ def run(target: str, out: str) -> dict[str, Any]:
                             f"is {target!r} but this host is {body['device_class']!r} "
                             f"({body['gpu_status']})")
     return records.write(out, "host", {"target": target, **body})
+
+
+def measured_targets(settings: dict[str, Any]) -> list[str]:
+    """The targets a run produces records for: config ``targets``, else ``target`` (auto:
+    this machine's device class)."""
+    if settings["targets"]:
+        return list(settings["targets"])
+    if settings["target"] != "auto":
+        return [settings["target"]]
+    return [device_class(gpu_facts()[0])]

@@ -27,6 +27,9 @@ def settings_of(measurement: dict[str, Any]) -> engine.Settings:
         raise CasebookError(paths.CONFIG_SCHEMA, "measurement", str(error)) from None
 
 
+REFUSED = "not measurable"  # how a record begins the reason when a guard refused
+
+
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
              seed: int, samples_path: str) -> dict[str, Any]:
     """The engine's measurement and its samples table, or why none could be made."""
@@ -36,7 +39,7 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
                                 seed, engine.Devices.find())
     except guards.Unmeasurable as error:
         table.write(samples_path, [])
-        return {"timed": False, "not_timed_reason": f"not measurable: {error}"}
+        return {"timed": False, "not_timed_reason": f"{REFUSED}: {error}"}
     table.write(samples_path, result.rows)
     return {"timed": True, "measurement": {
         **result.summary(settings.confidence), "samples_file": samples_path}}

@@ -11,7 +11,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from snakemake.utils import validate
 
-from casebook import config as case_config, hostcapture, paths, provenance
+from casebook import config as case_config, hostcapture, paths, provenance, verdict
 from casebook.errors import CasebookError
 
 try:
@@ -23,11 +23,7 @@ try:
     validate(config, str(paths.CONFIG_SCHEMA))
     CASES = {name: case_config.load_case(config["case_dir"], name) for name in config["cases"]}
     # The targets this run produces records for: configured, or this machine's own.
-    MEASURED = config["targets"] or [
-        config["target"]
-        if config["target"] != "auto"
-        else hostcapture.device_class(hostcapture.gpu_facts()[0])
-    ]
+    MEASURED = hostcapture.measured_targets(config)
 except CasebookError as error:
     raise WorkflowError(f"casebook: {error}") from None
 

@@ -1,0 +1,91 @@
+"""How a run ends: the site is rendered either way; then one line names every point that
+failed verification and every measurement a guard refused, and a failed verification
+makes the run exit non-zero (config ``fail_on_failures``), so make, CI and a cluster job
+see what the pages show. A refusal is named but does not fail the run yet: the reuse
+guard's false-refusal rate under load is still to be measured (issue 15, item 7).
+
+``python -m casebook.verdict`` gives the same verdict on the records as they stand (what
+``make`` runs after Snakemake, which says nothing when it had nothing to do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from casebook import config, hostcapture, paths, records
+from casebook.errors import CasebookError
+from casebook.timing import REFUSED
+
+
+def _read(path: str, kind: str) -> dict[str, Any] | None:
+    return records.read(path, kind) if Path(path).exists() else None
+
+
+def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, list[str]]:
+    """target/case/variant/point of each failed verification, and of each kernel or
+    baseline measurement a guard refused, in the records of ``targets``."""
+    failed, refused = [], []
+    for target in targets:
+        for case, spec in specs.items():
+            for point in (p["name"] for p in spec["points"]):
+                for variant in (v["name"] for v in spec["variants"]):
+                    where = f"{target}/{case}/{variant}/{point}"
+                    checked = _read(paths.verify_record(target, case, variant, point),
+                                    "verify")
+                    if checked and checked["ran"] and not checked["passed"]:
+                        failed.append(where)
+                    timed = _read(paths.time_record(target, case, variant, point), "time")
+                    if timed and not timed["timed"] and \
+                            timed["not_timed_reason"].startswith(REFUSED):
+                        refused.append(where)
+                for name in (b["name"] for b in spec["baselines"]):
+                    timed = _read(paths.baseline_record(target, case, name, point),
+                                  "baseline")
+                    if timed and not timed["timed"] and \
+                            timed["not_timed_reason"].startswith(REFUSED):
+                        refused.append(f"{target}/{case}/baseline {name}/{point}")
+    return {"failed": failed, "refused": refused}
+
+
+def summary(found: dict[str, list[str]]) -> str | None:
+    """One line, or None when nothing failed and nothing was refused."""
+    parts = []
+    if found["failed"]:
+        parts.append(f"{len(found['failed'])} point(s) failed verification: "
+                     + ", ".join(found["failed"]))
+    if found["refused"]:
+        parts.append(f"{len(found['refused'])} measurement(s) refused by a guard: "
+                     + ", ".join(found["refused"]))
+    return "casebook: " + "; ".join(parts) + " (the site shows them)" if parts else None
+
+
+def finish(specs: dict[str, dict[str, Any]], targets: list[str], fail: bool) -> None:
+    """Print the verdict's line to stderr; exit 1 when a verification failed and
+    ``fail``."""
+    found = findings(specs, targets)
+    line = summary(found)
+    if line:
+        print(line, file=sys.stderr)
+    if found["failed"] and fail:
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m casebook.verdict", description=__doc__)
+    parser.add_argument("--configfile", action="append", default=[],
+                        help="a config overlay, as given to snakemake (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        settings = config.load_global(args.configfile)
+        specs = {name: config.load_case(settings["case_dir"], name)
+                 for name in settings["cases"]}
+        finish(specs, hostcapture.measured_targets(settings), settings["fail_on_failures"])
+    except CasebookError as error:
+        sys.exit(f"casebook: error: {error}")
+
+
+if __name__ == "__main__":
+    main()
