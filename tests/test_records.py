@@ -53,8 +53,11 @@ def test_truncated_record_is_refused(tmp_path):
     path = tmp_path / "fig.json"
     records.write(path, "figure", figure_body())
     path.write_text(path.read_text()[:40])
-    with pytest.raises(CasebookError, match="corrupt or truncated"):
+    with pytest.raises(CasebookError, match="corrupt or truncated") as refused:
         records.read(path, "figure")
+    # The error says what to do, with the exact commands.
+    assert f"to make it again: rm {path} && snakemake --cores all" in str(refused.value)
+    assert f"git checkout -- {path}" in str(refused.value)
 
 
 @pytest.mark.parametrize("version", [0, 2, None])

@@ -204,6 +204,8 @@ def test_a_corrupt_record_stops_the_figures(project):
         done = snakemake(project, "--forcerun", "figures", "splash_attention")
     assert done.returncode != 0
     assert f"{record.relative_to(project)}: corrupt or truncated JSON" in done.stderr
+    assert f"to make it again: rm {record.relative_to(project)} && snakemake --cores all" \
+        in done.stderr
 
 
 def test_a_failed_verification_is_shown_never_timed(tmp_path):

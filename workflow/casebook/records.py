@@ -90,8 +90,15 @@ def write(path: str | Path, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def recovery(path: str | Path) -> str:
+    """What to do about a broken record: the exact commands."""
+    return (f"to make it again: rm {path} && snakemake --cores all (a record committed from "
+            f"another machine: git checkout -- {path})")
+
+
 def read(path: str | Path, kind: str) -> dict[str, Any]:
-    """Load one record, refusing a missing, corrupt, foreign or off-schema file."""
+    """Load one record, refusing a missing, corrupt, foreign or off-schema file; the error
+    of a corrupt one says how to recover."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -99,9 +106,10 @@ def read(path: str | Path, kind: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CasebookError(path, None, f"corrupt or truncated JSON ({error})") from None
+        raise CasebookError(path, None, f"corrupt or truncated JSON ({error}); "
+                            f"{recovery(path)}") from None
     if not isinstance(data, dict):
-        raise CasebookError(path, None, "a record must be a JSON object")
+        raise CasebookError(path, None, f"a record must be a JSON object; {recovery(path)}")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise CasebookError(
