@@ -112,14 +112,8 @@ def test_the_bound_is_per_element_from_the_actual_partial_sums():
 
 def _unrounded(p, inputs):
     """A model that multiplies B by its scale exactly (skips the bf16 rounding)."""
-    scale = np.repeat(inputs["scale"].astype(np.float32), p.chunk, axis=1)[:, : p.k, :]
-    exact = inputs["b"].astype(np.float32) * scale.transpose(0, 2, 1)
-    a, c, offsets = inputs["a"].astype(np.float32), inputs["c"].astype(np.float32), \
-        p.row_offsets
-    return np.concatenate([
-        (p.alpha * (a[offsets[g]:offsets[g + 1]] @ exact[g].T)
-         + p.beta * c[offsets[g]:offsets[g + 1]]).astype(np.float16)
-        for g in range(p.groups)])
+    return numerics.model(p, inputs, numerics.dequantize(p, inputs["b"], inputs["scale"],
+                                                         rounded=False))
 
 
 MUTANT_POINTS = [

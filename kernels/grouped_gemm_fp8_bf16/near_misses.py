@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -20,16 +21,16 @@ def _unrounded(params, inputs, want, correct):
     p = problem.from_params(params)
     if p.mode == "convert_only":
         return None  # nothing is rounded: B converts to bf16 exactly
-    per_k = np.repeat(inputs["scale"].astype(np.float32), p.chunk, axis=1)[:, : p.k, :]
-    return _model(params, inputs, inputs["b"].astype(np.float32) * per_k.transpose(0, 2, 1))
+    return _model(params, inputs,
+                  numerics.dequantize(p, inputs["b"], inputs["scale"], rounded=False))
 
 
 def _scale_shifted(params, inputs, want, correct):
     p = problem.from_params(params)
     if p.mode == "convert_only" or p.scale_k == 1:
         return None  # one scale per row of B (or none): there is no other block to use
-    shifted = {**inputs, "scale": np.roll(inputs["scale"], 1, axis=1)}
-    return _model(params, inputs, numerics.dequantize(p, inputs["b"], shifted["scale"]))
+    return _model(params, inputs,
+                  numerics.dequantize(p, inputs["b"], np.roll(inputs["scale"], 1, axis=1)))
 
 
 def _last_k_tile_dropped(params, inputs, want, correct):
@@ -50,8 +51,7 @@ def _source_in_f16(params, inputs, want, correct):
     if p.beta == 0:
         return None  # no source term
     # alpha·acc rounded to f16 before beta·C is added: one rounding too many.
-    product = numerics.model(problem.GroupedProblem(p.m, p.n, p.k, p.chunk, p.mode,
-                                                     p.alpha, 0.0), inputs)
+    product = numerics.model(dataclasses.replace(p, beta=0.0), inputs)
     source = (np.float32(p.beta) * inputs["c"].astype(np.float32))
     return (product.astype(np.float32) + source).astype(np.float16)
 

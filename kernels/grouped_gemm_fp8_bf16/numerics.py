@@ -87,13 +87,16 @@ def check_inputs(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> None
                                 else ""))
 
 
-def dequantize(problem: GroupedProblem, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """The bf16 operand the MMA sees, (groups, N, K), as float32 values."""
+def dequantize(problem: GroupedProblem, b: np.ndarray, scale: np.ndarray,
+               rounded: bool = True) -> np.ndarray:
+    """The bf16 operand the MMA sees, (groups, N, K), as float32 values (``rounded``
+    False: the scaled product left unrounded, as a near-miss kernel would use it)."""
     converted = b.astype(np.float32)
     if problem.mode == "convert_only":
         return converted
     per_k = np.repeat(scale.astype(np.float32), problem.chunk, axis=1)[:, : problem.k, :]
-    return (converted * per_k.transpose(0, 2, 1)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    scaled = converted * per_k.transpose(0, 2, 1)
+    return scaled.astype(ml_dtypes.bfloat16).astype(np.float32) if rounded else scaled
 
 
 def _groups(problem: GroupedProblem):

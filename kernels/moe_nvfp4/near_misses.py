@@ -15,6 +15,7 @@ from kernels.moe_nvfp4 import checks, moe_f64, nvfp4
 from kernels.mutants import Mutant, bias
 
 K_TILE = 64  # K elements of the smallest GEMM K tile (32 packed bytes)
+GRID = np.unique(np.abs(nvfp4.E2M1_VALUES))  # the e2m1 magnitudes, ascending
 GEMMS = {"h": ("a1", "w1", "alpha1"), "out": ("a2", "w2", "alpha2")}  # A, B, alpha inputs
 
 
@@ -43,9 +44,9 @@ def _truncated(stage):
         scale = correct[1]
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.where(scale > 0, want[stage][0] / scale, 0.0)  # x·gs / sf, exact
-        magnitude = np.minimum(np.abs(y), nvfp4.E2M1_MAX)
-        step = np.where(magnitude < 2, 0.5, np.where(magnitude < 4, 1.0, 2.0))
-        return np.stack([np.copysign(np.floor(magnitude / step) * step, y), scale])
+        magnitude = np.minimum(np.nan_to_num(np.abs(y)), nvfp4.E2M1_MAX)
+        below = GRID[np.searchsorted(GRID, magnitude, side="right") - 1]  # toward zero
+        return np.stack([np.where(np.isnan(y), np.nan, np.copysign(below, y)), scale])
     return make
 
 

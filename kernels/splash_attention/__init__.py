@@ -69,7 +69,7 @@ def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
                   want: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What a correct kernel writes: the oracle's ``out``, ``dq``, ``dk``, ``dv`` rounded
     to the input dtype, the dtype of every output of the port."""
-    return {name: near_misses.rounded(params, want[name]) for name in ("out", "dq", "dk", "dv")}
+    return {name: near_misses.rounded(inputs, want[name]) for name in ("out", "dq", "dk", "dv")}
 
 
 def mutants(params: dict[str, Any]):

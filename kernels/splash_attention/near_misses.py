@@ -17,18 +17,14 @@ from kernels.splash_attention import masks, oracle_f64, reference_vjp
 BLOCK = 64  # the port's smallest q and kv tile: the granularity of its mask blocks
 
 
-def rounded(params: dict[str, Any], values: np.ndarray) -> np.ndarray:
-    """float64 ``values`` rounded to the point's dtype, as the port writes every output."""
-    import ml_dtypes
-
-    dtype = {"float32": np.float32, "float16": np.float16,
-             "bfloat16": ml_dtypes.bfloat16}[params["dtype"]]
-    return np.asarray(values, np.float64).astype(dtype)
+def rounded(inputs: dict[str, np.ndarray], values: np.ndarray) -> np.ndarray:
+    """float64 ``values`` rounded to the inputs' dtype, as the port writes every output."""
+    return np.asarray(values, np.float64).astype(inputs["q"].dtype)
 
 
 def _forward(params, inputs, visible, soft_cap):
     """The oracle's ``out`` with ``visible`` ([S, S], segments included) and ``soft_cap``."""
-    return rounded(params, oracle_f64.attention(inputs["q"], inputs["k"], inputs["v"],
+    return rounded(inputs, oracle_f64.attention(inputs["q"], inputs["k"], inputs["v"],
                                                 visible, soft_cap=soft_cap))
 
 
@@ -73,7 +69,7 @@ def _soft_cap_derivative_dropped(output):
         grads = reference_vjp.gradients(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
                                         masks.visible(params), soft_cap=params["soft_cap"],
                                         cap_gradient=False)
-        return rounded(params, grads[index])
+        return rounded(inputs, grads[index])
     return make
 
 

@@ -136,14 +136,17 @@ def power(record: dict[str, Any], outputs: set[str] | frozenset[str],
           poisoned: bool = False) -> dict[str, Any]:
     """The check's power for a figure showing ``outputs`` whose kernel ran with poisoned
     outputs or not: mutants caught of those applicable, the ones missed, the smallest bias
-    detected, and whether each correct output passed its own check."""
+    detected, whether each correct output passed its own check, and why it is weak."""
     caught, passed = ("caught_poisoned", "passed_poisoned") if poisoned else \
         ("caught", "passed")
     rows = [r for r in record["mutants"] if r["output"] in outputs and r["applicable"]]
     missed = [f"{r['output']}:{r['name']}" for r in rows if not r[caught]]
     controls = [record["controls"][o][passed] for o in outputs if o in record["controls"]]
+    why = (f"lets {', '.join(missed)} pass" if missed else
+           "fails the correct output" if not all(controls) else
+           "no mutant covers what it computes" if not rows else None)
     return {"caught": len(rows) - len(missed), "applicable": len(rows), "missed": missed,
             "controls_passed": all(controls), "poisoned": poisoned,
             "bias": {o: record["smallest_bias_detected"].get(o) for o in sorted(outputs)
                      if o in record["smallest_bias_detected"]},
-            "weak": bool(missed) or not all(controls) or not rows}
+            "weak": why is not None, "why": why}

@@ -120,10 +120,7 @@ def power_text(power: dict[str, Any] | None) -> str:
     if not power["weak"]:
         return f"check power: {caught}; smallest uniform bias detected, × the output's " \
                f"RMS: {bias}"
-    why = (f"lets {', '.join(power['missed'])} pass" if power["missed"] else
-           "fails the correct output" if power["applicable"] else
-           "no mutant covers what it computes")
-    return f"check power WEAK: {caught}, {why}; smallest bias detected: {bias}"
+    return f"check power WEAK: {caught}, {power['why']}; smallest bias detected: {bias}"
 
 
 def _per_element(record: dict[str, Any]) -> str:

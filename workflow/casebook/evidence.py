@@ -99,10 +99,7 @@ class Evidence:
             if power is None:
                 found[variant, point] = "its power not measured"
             elif power["weak"]:
-                found[variant, point] = (
-                    f"lets {', '.join(power['missed'])} pass" if power["missed"] else
-                    "fails the correct output" if power["applicable"] else
-                    "no mutant covers what it computes")
+                found[variant, point] = power["why"]
         return found
 
     def subjects(self, records: list[dict[str, Any]]) -> list[str]:

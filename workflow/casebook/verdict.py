@@ -24,6 +24,12 @@ def _read(path: str, kind: str) -> dict[str, Any] | None:
     return records.read(path, kind) if Path(path).exists() else None
 
 
+def _refused(path: str, kind: str) -> bool:
+    """Whether the time or baseline record at ``path`` says a guard refused it."""
+    timed = _read(path, kind)
+    return bool(timed) and not timed["timed"] and timed["not_timed_reason"].startswith(REFUSED)
+
+
 def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, list[str]]:
     """target/case/variant/point of each failed verification, and of each kernel or
     baseline measurement a guard refused, in the records of ``targets``."""
@@ -37,15 +43,10 @@ def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, 
                                     "verify")
                     if checked and checked["ran"] and not checked["passed"]:
                         failed.append(where)
-                    timed = _read(paths.time_record(target, case, variant, point), "time")
-                    if timed and not timed["timed"] and \
-                            timed["not_timed_reason"].startswith(REFUSED):
+                    if _refused(paths.time_record(target, case, variant, point), "time"):
                         refused.append(where)
                 for name in (b["name"] for b in spec["baselines"]):
-                    timed = _read(paths.baseline_record(target, case, name, point),
-                                  "baseline")
-                    if timed and not timed["timed"] and \
-                            timed["not_timed_reason"].startswith(REFUSED):
+                    if _refused(paths.baseline_record(target, case, name, point), "baseline"):
                         refused.append(f"{target}/{case}/baseline {name}/{point}")
     return {"failed": failed, "refused": refused}
 
