@@ -1,7 +1,8 @@
 # casebook: `make` regenerates everything, `make test` runs the tests. Both build .venv
 # from the hash-pinned lock first when it is missing or the lock has changed.
 #
-#   make                  environment + `snakemake --cores all` (the whole site)
+#   make                  environment + `snakemake --cores all` (the whole site; resumes a
+#                         killed run by itself)
 #   make test             environment + lint + the test suite (installs Debian's chromium
 #                         for the browser tests where it is missing: needs root, as CI is)
 #   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
@@ -9,7 +10,8 @@
 #   make bench            CPU calibration and efficiency benchmarks of the measurement
 #                         engine, and the 40-example fuzz of the splash attention port in
 #                         the Mosaic GPU interpreter, and the draws of case 01's
-#                         kernels (exact GEMMs, every variant) (a few minutes); results in
+#                         kernels (exact GEMMs, every variant), and the timer guards beside a
+#                         CPU burner (a few minutes); results in
 #                         benchmarks/results/
 #   make gpu-host         what an offline GPU host lacks, in build/gpu-host/: the wheelhouse
 #                         (parts of at most 60 MiB) and case 03's builds (README: "GPU host
@@ -65,8 +67,16 @@ $(STAMP): env/$(LOCK).lock env/reference.lock
 
 env: $(STAMP)
 
+# A killed run resumes by itself: make holds its own lock on the folder (flock, released
+# when the process holding it dies), so a Snakemake lock found then is a killed run's and
+# is cleared, and the jobs it left incomplete are rerun.
+RUN_LOCK := .snakemake/make-run.lock
 run: env
-	$(BIN)/snakemake --cores all
+	@mkdir -p .snakemake
+	@flock --nonblock --conflict-exit-code 75 $(RUN_LOCK) sh -c \
+		'$(BIN)/snakemake --unlock --quiet && $(BIN)/snakemake --cores all --rerun-incomplete'; \
+		status=$$?; [ $$status -ne 75 ] || echo "make: another make run holds $(RUN_LOCK)" >&2; \
+		exit $$status
 	PYTHONPATH=workflow:. $(BIN)/python -m casebook.verdict
 
 test: env lint chromium
@@ -86,6 +96,7 @@ bench: env
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.efficiency
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
+	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.reuse_guard_load
 
 gpu-host: env
 	rm -rf $(BUNDLE)

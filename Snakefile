@@ -31,7 +31,7 @@ include: "workflow/rules/site.smk"
 rule all:
     default_target: True
     input:
-        final_outputs(),
+        paths.SITE,
 
 
 # The site is rendered; a failed verification or a refused measurement then fails the run

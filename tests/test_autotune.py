@@ -315,9 +315,12 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     assert mgpu.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)
     table = write_table(tmp_path, point["name"], params, tuned_tiles)
 
-    built = build.run(str(tmp_path / "cases"), "splash_attention", "mgpu", "h200",
-                      "build.json")
+    lowered = build.lower(str(tmp_path / "cases"), "splash_attention", "mgpu",
+                          point["name"], "h200", "lowered.json")
+    built = build.gather(str(tmp_path / "cases"), "splash_attention", "mgpu", "h200",
+                         ["lowered.json"], "build.json")
     (entry,) = built["points"]
+    assert entry == lowered["built"]
     (artifact,) = entry["artifacts"]
     assert artifact["facts"]["tuning"] == {"block_q": 64, "block_kv": 64, "stages": 1,
                                            "compute_warpgroups": 1}

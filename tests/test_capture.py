@@ -163,7 +163,7 @@ def test_the_software_condition_shows_other_versions_before_what_was_left_out():
                     "memory_bytes": 2**30}}
     ev = Evidence(case="c", target="h200", spec={"reference": {"package": "jax"}}, env=env,
                   host=host, builds={}, verify={}, time={}, baselines={}, sources=[],
-                  current_sources_sha256="s", noise_floor=None)
+                  kernel_sources_sha256="s", noise_floor=None)
     (line,) = [x for x in conditions.hardware_software(ev) if x.startswith("Environment")]
     assert "DRIFT from the lock in 8 package(s): numpy 2.4.0 (locked 2.5.5), tool0 missing" in line
     assert "1 not given to this offline host on purpose (ruff)" in line

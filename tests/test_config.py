@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -11,16 +12,18 @@ from casebook import config, paths
 from casebook.errors import CasebookError
 
 CASE = "splash_attention"
+CASES = ("splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16")
 
 
 @pytest.fixture
 def case_dir(tmp_path):
-    shutil.copy(paths.SOURCE_ROOT / "configs" / "cases" / f"{CASE}.yaml", tmp_path)
+    for case in CASES:
+        shutil.copy(paths.SOURCE_ROOT / "configs" / "cases" / f"{case}.yaml", tmp_path)
     return tmp_path
 
 
-def edit(case_dir, change):
-    path = case_dir / f"{CASE}.yaml"
+def edit(case_dir, change, case=CASE):
+    path = case_dir / f"{case}.yaml"
     data = yaml.safe_load(path.read_text())
     change(data)
     path.write_text(yaml.safe_dump(data))
@@ -70,15 +73,135 @@ def test_per_output_tolerances_load(case_dir):
     assert config.tolerance(spec, "float16", "lse", "f") == one
 
 
+# What only the case's kernel package knows, refused when the config loads (before any
+# job runs): its check of the point parameters (build-only points too), a tolerance for
+# every output each variant and baseline returns, and the names of both.
+@pytest.mark.parametrize(("case", "change", "key", "message"), [
+    ("splash_attention", lambda d: d["tolerances"]["float16"].pop("dq"),
+     "tolerances.float16.dq", "missing: variant mgpu_bwd returns 'dq' at float16 points"),
+    ("moe_nvfp4", lambda d: d["tolerances"]["nvfp4"].pop("out_dense"),
+     "tolerances.nvfp4.out_dense", "missing: baseline dense_bf16 returns 'out_dense'"),
+    ("moe_nvfp4", lambda d: d["tolerances"]["nvfp4"].pop("a2"),
+     "tolerances.nvfp4.a2", "missing: variant fused returns 'a2'"),
+    ("grouped_gemm_fp8_bf16", lambda d: d["points"][1]["params"].update(n=100),
+     "points.1.params.n", "100 must be a multiple of 16"),
+    ("grouped_gemm_fp8_bf16", lambda d: d["build_only_points"][2]["params"].update(k=520),
+     "build_only_points.2.params.k", "520 must be a multiple of 16"),
+    ("splash_attention", lambda d: d["points"][1]["params"].update(heads_kv=3),
+     "points.1.params.heads_kv", "3 does not divide heads_q=4"),
+    ("splash_attention", lambda d: d["points"][2]["params"].update(seq_len=384, block=256),
+     "points.2.params.seq_len", "384 is not a multiple of block=256"),
+    ("moe_nvfp4", lambda d: d["build_only_points"][0]["params"].update(hidden=7296),
+     "build_only_points.0.params.hidden", "7296 is not a multiple of 256"),
+    ("moe_nvfp4", lambda d: d["variants"][2].update(name="gemm1_nosuch"),
+     "variants.2.name", "unknown moe_nvfp4 variant 'gemm1_nosuch'"),
+    ("splash_attention", lambda d: d["baselines"][1].update(name="flash_nosuch"),
+     "baselines.1.name", "unknown splash_attention baseline 'flash_nosuch'"),
+], ids=["tolerance_of_a_variant_output", "tolerance_of_a_baseline_output",
+        "tolerance_of_a_stage", "grouped_n", "grouped_build_only_k", "splash_heads_kv",
+        "splash_seq_len", "moe_build_only_hidden", "unknown_variant", "unknown_baseline"])
+def test_the_case_plugin_checks_the_config_when_it_loads(case_dir, case, change, key, message):
+    path = edit(case_dir, change, case)
+    with pytest.raises(CasebookError) as caught:
+        config.load_case(case_dir, case)
+    assert (caught.value.path, caught.value.key) == (str(path), key)
+    assert caught.value.message.startswith(message), caught.value.message
+    assert str(caught.value) == f"{path}: {key}: {caught.value.message}"
+    assert "\n" not in str(caught.value)
+
+
+def test_the_shipped_cases_pass_their_plugins_checks():
+    for case in CASES:
+        config.load_case("configs/cases", case)
+
+
+def test_errors_name_a_file_under_the_current_directory_relative_to_it(case_dir,
+                                                                      monkeypatch):
+    edit(case_dir, lambda d: d["points"][1]["params"].update(n=100), "grouped_gemm_fp8_bf16")
+    monkeypatch.chdir(case_dir.parent)
+    with pytest.raises(CasebookError) as caught:
+        config.load_case(case_dir, "grouped_gemm_fp8_bf16")  # given absolute
+    line = f"{case_dir.name}/grouped_gemm_fp8_bf16.yaml: points.1.params.n: 100 must be a " \
+        "multiple of 16 (16-byte TMA alignment of fp8 rows)"
+    assert str(caught.value) == line
+
+
 def test_unknown_case_lists_the_known_ones(case_dir):
-    with pytest.raises(CasebookError, match=r"unknown case 'nope' \(known: splash_attention\)"):
+    with pytest.raises(CasebookError, match=r"unknown case 'nope' \(known: grouped_gemm_fp8_"
+                                            r"bf16, moe_nvfp4, splash_attention\)"):
         config.load_case(case_dir, "nope")
 
 
-def test_broken_yaml_is_refused(case_dir):
-    (case_dir / f"{CASE}.yaml").write_text("name: [unclosed\n")
-    with pytest.raises(CasebookError, match="not valid YAML"):
+@pytest.mark.parametrize(("text", "where", "problem"), [
+    ("name: [unclosed\n", ":2:1", "expected ',' or ']', but got '<stream end>'"),
+    ("name: splash_attention\n  title: indented\n", ":2:8",
+     "mapping values are not allowed here"),
+    ("name: splash_attention\ntitle: 'open\n", ":3:1",
+     "found unexpected end of stream"),
+    ("name: splash_attention\n\ttitle: tab\n", ":2:1",
+     "found character '\\t' that cannot start any token"),
+])
+def test_broken_yaml_is_one_line_with_line_and_column(case_dir, text, where, problem):
+    path = case_dir / f"{CASE}.yaml"
+    path.write_text(text)
+    with pytest.raises(CasebookError) as caught:
         config.load_case(case_dir, CASE)
+    assert str(caught.value) == f"{path}{where}: not valid YAML: {problem}"
+
+
+def overlay(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_bad_key_names_only_the_overlay_that_set_it(tmp_path):
+    good = overlay(tmp_path, "good.yaml", {"target": "cpu", "measurement": {"target": 0.05}})
+    bad = overlay(tmp_path, "bad.yaml", {"colour": "red"})
+    with pytest.raises(CasebookError) as caught:
+        config.load_global([good, bad])
+    assert str(caught.value) == f"{bad}: colour: unknown key"
+
+
+def test_a_nested_key_names_the_file_that_holds_it_not_its_parent(tmp_path):
+    bad = overlay(tmp_path, "bad.yaml", {"measurement": {"min_samples": 1}})
+    later = overlay(tmp_path, "later.yaml", {"measurement": {"target": 0.05}})
+    with pytest.raises(CasebookError) as caught:
+        config.load_global([bad, later])
+    assert (caught.value.path, caught.value.key) == (str(bad), "measurement.min_samples")
+    settings = config.load_global([later])  # merged as Snakemake merges: nested keys kept
+    assert settings["measurement"]["target"] == 0.05
+    assert settings["measurement"]["warmup_calls"] == 3  # from configs/config.yaml
+
+
+def test_a_broken_overlay_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cases: [a\n")
+    with pytest.raises(CasebookError) as caught:
+        config.load_global([bad])
+    assert re.fullmatch(rf"{re.escape(str(bad))}:2:1: not valid YAML: [^\n]+", str(caught.value))
+
+
+@pytest.mark.parametrize(("sources", "key", "blamed"), [
+    ([("base", {"target": "auto"}), ("--config", {"colour": "red"})], "colour", "--config"),
+    ([("base", {"target": "auto"}), ("over", {"target": "tpu"}), ("--config", {"x": 1})],
+     "target", "over"),
+    ([("base", {"measurement": {"clock": "auto"}}), ("over", {"measurement": {}})],
+     "measurement.clock", "base"),
+    ([("base", {"cluster": {"cpu": {"gpus": 0}}}), ("over", {"cluster": {"cpu": {}}})],
+     "cluster.cpu.constraint", "over"),  # missing: the last that holds its parent
+    ([("base", {}), ("over", {})], "cases", "base"),  # missing everywhere: the base
+])
+def test_the_source_of_a_key_is_the_last_that_holds_it(sources, key, blamed):
+    assert config.source_of(sources, key) == blamed
+
+
+def test_validate_global_blames_only_the_source_of_the_key():
+    sources = [("configs/config.yaml", {"cases": ["a"]}), ("over.yaml", {"target": "cpu"}),
+               ("--config", {"target": "tpu"})]
+    with pytest.raises(CasebookError) as caught:
+        config.validate_global({"cases": ["a"], "target": "tpu"}, sources)
+    assert str(caught.value).startswith("--config: target: ")
 
 
 @pytest.mark.parametrize(("data", "key"), [

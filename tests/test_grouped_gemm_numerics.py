@@ -22,7 +22,7 @@ def grouped(**changes) -> problem.GroupedProblem:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"m": ()}, "m: at least one group"),
+    ({"m": ()}, "m=0 groups: at least one is needed"),
     ({"m": (16, -1)}, "m[1]=-1 must be a non-negative integer"),
     ({"n": 100}, "n=100 must be a multiple of 16"),
     ({"k": 72}, "k=72 must be a multiple of 16"),
@@ -38,10 +38,12 @@ def test_a_bad_problem_is_rejected_naming_the_field(changes, message):
         grouped(**changes)
 
 
-def test_check_params_reports_the_reason_to_the_pipeline():
+def test_check_params_reports_the_key_and_the_reason_to_the_pipeline():
     params = {"m": [16], "n": 250, "k": 512, "chunk": 512, "mode": "scale_only",
               "dtype": "e5m2_bf16"}
-    assert "n=250 must be a multiple of 16" in case.check_params(params)
+    assert case.check_params(params) == (
+        "n", "250 must be a multiple of 16 (16-byte TMA alignment of fp8 rows)")
+    assert case.check_params({**params, "m": [16, -1]})[0] == "m.1"
     assert case.check_params({**params, "n": 256}) is None
 
 

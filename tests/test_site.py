@@ -43,7 +43,7 @@ def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: flo
         baselines={("b", "p"): {"timed": True, "execution": execution, "role": "without_work",
                                 "check": {"outputs": {"out": {}}},
                                 "measurement": measurement(baseline_s, baseline_s / 100)}},
-        sources=[], current_sources_sha256="s", noise_floor=None, check_power={"p": power})
+        sources=[], kernel_sources_sha256="s", noise_floor=None, check_power={"p": power})
 
 
 def write_samples(ev: Evidence, rng, spread: float = 0.01) -> None:
@@ -165,8 +165,8 @@ def test_numerics_notes_are_stated_on_the_case_page_and_subnormals_on_methods(
     """Case 01's limits of verification (subnormals flushed in the interpreter) under their
     heading, and the methods page's statement beside the verification rules."""
     monkeypatch.chdir(tmp_path)
-    site.case_page("configs/cases", "moe_nvfp4", [], [], "t")
-    site.methods_page("configs/cases", ["moe_nvfp4"], [], [], "t", {})
+    site.case_page("configs/cases", "moe_nvfp4", [], [], "t", "page", "page.json")
+    site.methods_page("configs/cases", ["moe_nvfp4"], [], [], "t", {}, "methods")
 
     def text(page):
         """The page's words, without tags."""
@@ -174,9 +174,9 @@ def test_numerics_notes_are_stated_on_the_case_page_and_subnormals_on_methods(
 
     note = config.load_case("configs/cases", "moe_nvfp4")["numerics_notes"]
     assert "Subnormal inputs are flushed to zero in the interpreter" in note
-    assert f"Limits of verification {note}" in text(paths.site_page("moe_nvfp4"))
+    assert f"Limits of verification {note}" in text(paths.site_page("moe_nvfp4", "page"))
     assert ("Subnormals Interpret mode and the CPU XLA baselines run on XLA on the host CPU, "
-            "which flushes subnormal floats to zero") in text(paths.site_methods())
+            "which flushes subnormal floats to zero") in text(paths.site_methods("methods"))
 
 
 def test_correctness_labels_never_overlap_however_many_bars():
@@ -207,3 +207,67 @@ def test_the_problem_grid_prints_integers_as_integers():
     grid = tables.points(spec)
     assert ">128<" in grid and ">512<" in grid and ">2.5<" in grid
     assert "128.0" not in grid and "—" in grid  # a missing cell is a dash, not NaN
+
+
+def test_a_page_whose_inputs_do_not_read_back_is_rendered_as_failed(tmp_path, monkeypatch):
+    """A corrupt manifest: the page says so with the error, its status records it, and the
+    index marks the case failed, linking only the page that exists."""
+    monkeypatch.chdir(tmp_path)
+    manifest = Path(paths.figure_manifest("moe_nvfp4", "cpu"))
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"schema_version": 1, "kind": "mani')
+    status = "pages/moe_nvfp4.json"
+    site.case_page("configs/cases", "moe_nvfp4", ["cpu"], [], "t", "page", status)
+    record = json.loads(Path(status).read_text())
+    assert record["ok"] is False and record["error"].startswith(
+        f"{manifest}: corrupt or truncated JSON")
+    page = Path(paths.site_page("moe_nvfp4", "page")).read_text()
+    assert "could not be rendered" in page and html.escape(str(manifest)) in page
+    assert sorted(p.name for p in Path("page").rglob("*")) == ["moe_nvfp4.html"]
+    site.index("configs/cases", ["moe_nvfp4"], {"moe_nvfp4": ["cpu"]}, [], "t", "index",
+               {"moe_nvfp4": status})
+    index = Path(paths.site_index("index")).read_text()
+    assert "FAILED to render" in index and "corrupt or truncated JSON" in index
+    assert set(re.findall(r'href="([^"#]+\.html)', index)) == {
+        "index.html", "methods.html", "moe_nvfp4.html"}
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_publishing_merges_the_parts_and_replaces_the_site_whole(tmp_path):
+    site_dir, a, b = tmp_path / "public", tmp_path / "a", tmp_path / "b"
+    stamp = ".snakemake_timestamp"  # Snakemake's, never published
+    for part, files in ((a, {"a.html": "A", "data/cpu/host.json": "H"}),
+                        (b, {"b.html": "B", "data/cpu/host.json": "H", stamp: ""})):
+        for name, text in files.items():
+            (part / name).parent.mkdir(parents=True, exist_ok=True)
+            (part / name).write_text(text)
+    (site_dir / "gone").mkdir(parents=True)
+    (site_dir / "gone" / "old.html").write_text("old")
+    site.publish_site([str(a), str(b)], str(site_dir))
+    assert _tree(site_dir) == {"a.html": b"A", "b.html": b"B", "data/cpu/host.json": b"H"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "public"]
+
+
+def test_parts_that_disagree_leave_the_published_site_as_it_was(tmp_path):
+    site_dir, a, b = tmp_path / "public", tmp_path / "a", tmp_path / "b"
+    for part, text in ((a, "H1"), (b, "H2")):
+        (part / "data").mkdir(parents=True)
+        (part / "data" / "host.json").write_text(text)
+    site_dir.mkdir()
+    (site_dir / "index.html").write_text("published")
+    with pytest.raises(CasebookError, match=r"host\.json: differs from data/host\.json"):
+        site.publish_site([str(a), str(b)], str(site_dir))
+    assert _tree(site_dir) == {"index.html": b"published"}
+
+
+def test_only_a_record_made_from_another_slice_is_stale():
+    ev = evidence(True, [], 1.0, 1.0)
+    assert not ev.stale  # nothing to compare with
+    ev.current_sha256 = {("v", "p"): "s", ("v", "q"): "other"}  # no record at q
+    assert not ev.stale
+    ev.current_sha256[("v", "p")] = "t"
+    assert ev.stale

@@ -219,5 +219,8 @@ def test_inputs_are_fresh_and_typed(rng):
 
 
 def test_impossible_problems_are_named():
-    assert "multiple of heads_kv" in splash.check_params({**POINTS["mha_causal_f32"],
-                                                          "heads_q": 3})
+    point = POINTS["mha_causal_f32"]
+    key, why = splash.check_params({**point, "heads_q": 3})
+    assert key == "heads_kv" and "multiple of heads_kv" in why
+    assert splash.check_params({**point, "segments": 2 * point["seq_len"]})[0] == "segments"
+    assert splash.check_params(point) is None

@@ -28,7 +28,8 @@ def found_records(monkeypatch):
 
 def test_failures_and_refusals_are_named_and_nothing_else(found_records):
     found = verdict.findings({"c": SPEC}, ["cpu"])
-    assert found == {"failed": ["cpu/c/k/p1"], "refused": ["cpu/c/baseline xla/p2"]}
+    assert found == {"failed": ["cpu/c/k/p1"], "refused": ["cpu/c/baseline xla/p2"],
+                     "pages": []}
     assert verdict.summary(found) == (
         "casebook: 1 point(s) failed verification: cpu/c/k/p1; 1 measurement(s) refused by "
         "a guard: cpu/c/baseline xla/p2 (the site shows them)")
@@ -42,16 +43,34 @@ def test_the_run_fails_only_when_asked_to(found_records, capsys):
     assert capsys.readouterr().err.count("casebook: 1 point(s) failed") == 2
 
 
-def test_a_refusal_alone_is_named_but_does_not_fail_the_run(monkeypatch, capsys):
+def test_a_refusal_alone_fails_the_run_like_a_failed_verification(monkeypatch, capsys):
     monkeypatch.setattr(verdict, "_read", lambda path, kind: {
         "timed": False, "not_timed_reason": "not measurable: reused"} if kind == "time"
         else None)
-    verdict.finish({"c": SPEC}, ["cpu"], fail=True)
-    assert "2 measurement(s) refused by a guard" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ended:
+        verdict.finish({"c": SPEC}, ["cpu"], fail=True)
+    assert ended.value.code == 1
+    verdict.finish({"c": SPEC}, ["cpu"], fail=False)  # the line, but exit 0
+    err = capsys.readouterr().err
+    assert err.count("casebook: 2 measurement(s) refused by a guard") == 2
+    assert "failed verification" not in err
 
 
 def test_a_clean_run_says_nothing(monkeypatch, capsys):
     monkeypatch.setattr(verdict, "_read", lambda path, kind: None)
     verdict.finish({"c": SPEC}, ["cpu"], fail=True)
-    assert verdict.summary({"failed": [], "refused": []}) is None
+    assert verdict.summary({"failed": [], "refused": [], "pages": []}) is None
     assert capsys.readouterr().err == ""
+
+
+def test_a_page_that_failed_to_render_fails_the_run_whatever_the_switch(monkeypatch, capsys):
+    error = "results/figures/c/cpu/timing.json: conditions.baseline: required key is missing"
+    monkeypatch.setattr(verdict, "_read", lambda path, kind: {
+        "ok": False, "error": error} if path == paths.page_status("c") else None)
+    assert verdict.findings({"c": SPEC, "d": SPEC}, ["cpu"])["pages"] == [f"c ({error})"]
+    for fail in (True, False):
+        with pytest.raises(SystemExit) as ended:
+            verdict.finish({"c": SPEC}, ["cpu"], fail=fail)
+        assert ended.value.code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"casebook: 1 page(s) failed to render: c ({error}) (the site shows them)"] * 2

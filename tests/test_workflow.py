@@ -10,10 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
+import psutil
 import pytest
+import yaml
 
 from casebook import archive, conditions, fmt, paths
 from tests.projects import make_project, snakemake, tiny_case, tiny_moe_case
@@ -176,8 +179,8 @@ def test_editing_a_kernel_reruns_only_that_case_and_says_why(project):
     with edited(kernel, kernel.read_text() + "\n# an edit\n"):
         done = snakemake(project, "--dry-run")
     out = done.stdout + done.stderr
-    rules = set(re.findall(r"^rule (\w+):", out, re.MULTILINE))
-    assert {"build", "verify", "time", "baseline", "figures", "page"} <= rules
+    rules = set(re.findall(r"^(?:rule|checkpoint) (\w+):", out, re.MULTILINE))
+    assert {"lower", "build", "verify", "time", "baseline", "figures", "page"} <= rules
     assert not rules & {"env", "host"}
     assert "Updated input files: " in out and "masks.py" in out
 
@@ -187,15 +190,160 @@ def test_the_case_target_runs_one_case(project):
     assert done.returncode == 0
 
 
-def test_a_sidecar_missing_a_condition_stops_the_page(project):
-    sidecar = project / "results/figures/splash_attention/cpu/timing.json"
+def dry_run_jobs(project: Path) -> list[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run lists."""
+    done = snakemake(project, "--dry-run")
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?(?:rule|checkpoint) \w+:$)", done.stdout + done.stderr,
+                          flags=re.MULTILINE):
+        if rule := re.match(r"(?:local)?(?:rule|checkpoint) (\w+):", block):
+            wildcards = re.search(r"^    wildcards: (.*)$", block, re.MULTILINE)
+            jobs.append((rule[1], wildcards[1] if wildcards else ""))
+    return jobs
+
+
+def test_a_module_the_case_never_imports_reruns_nothing(project):
+    """Case 03's kernel and the shared interpreter: only the cases importing a file rerun."""
+    other = project / "kernels/grouped_gemm_fp8_bf16/port.py"
+    with edited(other, other.read_text() + "\n# an edit\n"):
+        os.utime(other)
+        assert dry_run_jobs(project) == []
+    shared = project / "kernels/mgpu_interpret.py"
+    with edited(shared, shared.read_text() + "\n# an edit\n"):
+        os.utime(shared)
+        jobs = dry_run_jobs(project)
+    assert {re.search(r"case=(\w+)", w)[1] for r, w in jobs if r == "verify"} == {
+        "splash_attention", "moe_nvfp4"}
+
+
+def test_editing_one_point_reruns_that_points_jobs_only(project):
+    case_file = project.parent / "cases/splash_attention.yaml"
+    case = yaml.safe_load(case_file.read_text())
+    (point,) = case["points"]
+    measured = {"verify", "time", "baseline", "check_power"}
+    # A second point: its own jobs run, and each variant's build record gathers it.
+    added = {**point, "name": "second", "params": {**point["params"], "seq_len": 256}}
+    with edited(case_file, yaml.safe_dump({**case, "points": [point, added]})):
+        os.utime(case_file)
+        jobs = dry_run_jobs(project)
+    assert {r for r, _ in jobs} >= measured | {"lower", "build"}
+    assert not [w for r, w in jobs if r == "lower" and "point=second" not in w]
+    assert not [w for r, w in jobs if r in measured and "point=second" not in w]
+    # The page's words alone: no measurement, no build reruns.
+    with edited(case_file, yaml.safe_dump({**case, "title": "Another title"})):
+        os.utime(case_file)
+        jobs = dry_run_jobs(project)
+    assert {r for r, _ in jobs} == {"figures", "page", "methods", "index", "site", "all"}
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
+    record = "results/cpu/splash_attention/check_power/mha_causal_f16.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+         str(project.parent / "tiny.yaml"), "--forcerun", record, "--", record],
+        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jobs = []
+    while not jobs and run.poll() is None:
+        time.sleep(0.2)
+        jobs = [c for c in psutil.Process(run.pid).children()
+                if any("check_power" in part for part in c.cmdline())]
+    assert jobs, "the job never started"
+    run.kill()
+    run.wait()
+    _, alive = psutil.wait_procs(jobs, timeout=10)
+    assert not alive, "a job outlived its killed run"
+    assert snakemake(project, "--dry-run").returncode != 0  # locked, the record incomplete
+    # README, "Bad input and recovery": the one command that resumes.
+    resumed = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -m snakemake --unlock --configfile ../tiny.yaml && "
+         f"{sys.executable} -m snakemake --cores 2 --rerun-incomplete "
+         f"--configfile ../tiny.yaml"], cwd=project, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((project / record).read_text())["kind"] == "check_power"
+
+
+def test_a_moved_checkout_reruns_nothing(project, tmp_path):
+    """Nothing a rule reads, nor any record, names the folder the project sits in."""
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(project.parent, moved, symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    config = moved / "tiny.yaml"
+    config.write_text(config.read_text().replace(str(project.parent), str(moved)))
+    assert dry_run_jobs(moved / "project") == []
+    named = [p for p in (moved / "project/results").rglob("*")
+             if p.is_file() and str(project.parent) in p.read_text(errors="replace")]
+    assert not named
+
+
+class Links(HTMLParser):
+    """Every local href and src of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.links: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name in ("href", "src") and value and not re.match(r"[a-z]+:", value):
+                self.links.add(value.split("#")[0])
+
+
+def dead_links(site: Path) -> list[str]:
+    """Links of every published page to a file that is not in the site."""
+    dead = []
+    for page in site.glob("*.html"):
+        parser = Links()
+        parser.feed(page.read_text())
+        dead += [f"{page.name} -> {link}" for link in parser.links
+                 if link and not (site / link).is_file()]
+    return dead
+
+
+@pytest.mark.parametrize("broken", ["sidecar", "manifest"])
+def test_a_broken_sidecar_or_manifest_fails_the_page_never_the_site(project, broken):
+    """A hand-edited sidecar missing a condition, or a truncated manifest, is an input:
+    the next run renders the page as failed with the error, the index says so, no link
+    dies, and the run exits 1 naming it."""
+    figures = project / "results/figures/splash_attention/cpu"
+    sidecar, manifest = figures / "timing.json", figures / "figures.json"
+    if broken == "sidecar":
+        data = json.loads(sidecar.read_text())
+        del data["conditions"]["baseline"]
+        path, text, error = sidecar, json.dumps(data), "conditions.baseline"
+    else:
+        path, text, error = manifest, manifest.read_text()[:80], "corrupt or truncated JSON"
+    with edited(path, text):
+        os.utime(path)  # edited now
+        done = snakemake(project)
+    assert done.returncode == 1, done.stderr[-3000:]
+    where = f"{path.relative_to(project)}: {error}"
+    assert re.search(rf"^casebook: .*page\(s\) failed to render: splash_attention "
+                     rf"\({re.escape(where)}", done.stderr, re.MULTILINE), done.stderr[-3000:]
+    site = project / "site/public"
+    page = (site / "splash_attention.html").read_text()
+    assert "could not be rendered" in page and html.escape(where) in page
+    index = (site / "index.html").read_text()
+    assert "FAILED to render" in index and html.escape(where) in index
+    assert "moe_nvfp4.html" in index and figures_of(site / "moe_nvfp4.html")
+    assert not dead_links(site)
+    restored = snakemake(project, "--forcerun", "page", "splash_attention")
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert len(figures_of(site / "splash_attention.html")) == 3 and not dead_links(site)
+
+
+def test_a_hand_edited_sidecar_reruns_its_page(project):
+    sidecar = project / "results/figures/splash_attention/cpu/build.json"
     data = json.loads(sidecar.read_text())
-    del data["conditions"]["baseline"]
+    data["caption"] += " (edited)"
     with edited(sidecar, json.dumps(data)):
-        done = snakemake(project, "--forcerun", "page", "splash_attention")
-    assert done.returncode != 0
-    assert f"{sidecar.relative_to(project)}: conditions.baseline" in done.stderr
-    assert not (project / "site/public/splash_attention.html").exists()  # not published
+        os.utime(sidecar)
+        done = snakemake(project, "--dry-run")
+    out = done.stdout + done.stderr
+    assert set(re.findall(r"^rule (\w+):", out, re.MULTILINE)) == {
+        "page", "index", "site", "all"}, out[-3000:]
+    assert f"Updated input files: {sidecar.relative_to(project)}" in out
 
 
 def test_a_corrupt_record_stops_the_figures(project):
@@ -255,10 +403,7 @@ def as_other_target(project: Path, target: str, gpu: str) -> None:
 
 def test_other_targets_are_rendered_beside_never_regenerated(project):
     as_other_target(project, "h200", "NVIDIA H200")
-    plan = snakemake(project, "--dry-run")
-    out = plan.stdout + plan.stderr
-    assert plan.returncode == 0, out[-3000:]
-    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)$", out, re.MULTILINE)
+    jobs = dry_run_jobs(project)
     assert ("figures", "case=splash_attention, shown_target=h200") in jobs
     assert not [j for j in jobs if "target=h200" in j[1] and j[0] != "figures"]
     done = snakemake(project)
@@ -307,7 +452,7 @@ def test_an_imported_partial_gpu_window_is_rendered_beside_cpu(project, tmp_path
 def test_bad_config_on_the_command_line_names_the_key(project):
     done = snakemake(project, "--dry-run", "--config", "colour=red")
     assert done.returncode != 0
-    assert re.search(r"tiny\.yaml.* \+ --config: colour: unknown key", done.stdout)
+    assert "casebook: error: --config: colour: unknown key" in done.stderr.splitlines()
     done = snakemake(project, "--dry-run", "--config", "cases=[nosuch]")
     assert done.returncode != 0
     assert "nosuch.yaml: unknown case 'nosuch'" in done.stdout + done.stderr

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from casebook import paths
-from casebook.cases import NotRunnable
+from casebook.cases import SINGLE_OUTPUT, NotRunnable
 from kernels.grouped_gemm_fp8_bf16 import (
     baselines,
     builds,
@@ -40,13 +40,28 @@ def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
     return numerics.oracle(problem.from_params(params), inputs)
 
 
-def check_params(params: dict[str, Any]) -> str | None:
-    """Why the grouped problem is invalid (shape, alignment, mode), or None."""
+def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the grouped problem is invalid (shape, alignment, mode): the field and what is
+    wrong with it; or None."""
     try:
         problem.from_params(params)
     except problem.ProblemError as error:
-        return str(error)
+        return error.key, error.why
     return None
+
+
+def outputs(variant: str) -> tuple[str, ...]:
+    """Every variant computes D, fetched as one array (``kernel``): the oracle's one
+    output."""
+    _check_variant(variant)
+    return (SINGLE_OUTPUT,)
+
+
+def baseline_outputs(name: str) -> tuple[str, ...]:
+    """Both baselines compute D, fetched as one array, as the variants do."""
+    if name not in BASELINES:
+        raise ValueError(f"unknown {CASE} baseline {name!r}; known: {BASELINES}")
+    return (SINGLE_OUTPUT,)
 
 
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:

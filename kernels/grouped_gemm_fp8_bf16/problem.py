@@ -23,7 +23,14 @@ M_DRAW_STEPS = 64
 
 
 class ProblemError(ValueError):
-    """A grouped problem the kernels cannot run; the message names the field."""
+    """A grouped problem the kernels cannot run: ``key``, the field of a point's params
+    (dotted as in a case file: ``m.1`` is group 1's M), and ``why``, what is wrong with
+    its value; the message reads ``n=100 must be a multiple of 16 ...``."""
+
+    def __init__(self, key: str, why: str):
+        self.key, self.why = key, why
+        name, _, index = key.partition(".")
+        super().__init__(f"{name}[{index}]={why}" if index else f"{key}={why}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,23 +45,23 @@ class GroupedProblem:
 
     def __post_init__(self):
         if not self.m:
-            raise ProblemError("m: at least one group is needed")
+            raise ProblemError("m", "0 groups: at least one is needed")
         for g, m in enumerate(self.m):
             if not isinstance(m, int) or m < 0:
-                raise ProblemError(f"m[{g}]={m!r} must be a non-negative integer")
+                raise ProblemError(f"m.{g}", f"{m!r} must be a non-negative integer")
         for name in ("n", "k", "chunk"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise ProblemError(f"{name}={value!r} must be a positive integer")
+                raise ProblemError(name, f"{value!r} must be a positive integer")
         for name in ("n", "k"):
             if getattr(self, name) % ALIGNMENT:
-                raise ProblemError(f"{name}={getattr(self, name)} must be a multiple of "
+                raise ProblemError(name, f"{getattr(self, name)} must be a multiple of "
                                    f"{ALIGNMENT} (16-byte TMA alignment of fp8 rows)")
         if self.mode not in MODES:
-            raise ProblemError(f"mode={self.mode!r} must be one of {sorted(MODES)}")
+            raise ProblemError("mode", f"{self.mode!r} must be one of {sorted(MODES)}")
         for name in ("alpha", "beta"):
             if not np.isfinite(getattr(self, name)):
-                raise ProblemError(f"{name}={getattr(self, name)!r} must be finite")
+                raise ProblemError(name, f"{getattr(self, name)!r} must be finite")
 
     @property
     def groups(self) -> int:

@@ -55,8 +55,8 @@ def table(m: tuple[int, ...], n: int) -> np.ndarray:
 def check(problem: GroupedProblem) -> None:
     """Raise ProblemError naming the field when the port cannot tile ``problem``."""
     if problem.k % TILE_K:
-        raise ProblemError(f"k={problem.k} must be a multiple of {TILE_K} for the port "
+        raise ProblemError("k", f"{problem.k} must be a multiple of {TILE_K} for the port "
                            "(its K tile)")
     if problem.chunk % TILE_K:
-        raise ProblemError(f"chunk={problem.chunk} must be a multiple of {TILE_K} for the "
-                           "port (one scale per row of a K tile)")
+        raise ProblemError("chunk", f"{problem.chunk} must be a multiple of {TILE_K} for "
+                           "the port (one scale per row of a K tile)")

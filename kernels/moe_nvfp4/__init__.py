@@ -52,17 +52,37 @@ def mutants(params: dict[str, Any]):
     return near_misses.mutants(params)
 
 
-def check_params(params: dict[str, Any]) -> str | None:
+def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
+    """The first size that some variant's tiles do not divide, and why; or None."""
     for key, multiple in MULTIPLES.items():
         if params[key] % multiple:
-            return f"{key}={params[key]} is not a multiple of {multiple}"
+            return key, f"{params[key]} is not a multiple of {multiple}"
     return None
+
+
+def outputs(variant: str) -> tuple[str, ...]:
+    """The stages' outputs the variant returns (``variants.Variant.outputs``, the names
+    its function writes)."""
+    return _variant(variant).outputs()
+
+
+def baseline_outputs(name: str) -> tuple[str, ...]:
+    """Both baselines answer the oracle's bf16 dense path (``baselines.OUTPUT``)."""
+    _baseline(name)
+    return (baselines.OUTPUT,)
 
 
 def _variant(name: str) -> port.Variant:
     if name not in port.VARIANTS:
         raise ValueError(f"unknown moe_nvfp4 variant {name!r}; known: {sorted(port.VARIANTS)}")
     return port.VARIANTS[name]
+
+
+def _baseline(name: str):
+    if name not in baselines.BASELINES:
+        raise ValueError(f"unknown moe_nvfp4 baseline {name!r}; known: "
+                         f"{sorted(baselines.BASELINES)}")
+    return baselines.BASELINES[name]
 
 
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -99,10 +119,7 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
 
 
 def baseline(name: str, params: dict[str, Any]) -> Runnable:
-    if name not in baselines.BASELINES:
-        raise ValueError(f"unknown moe_nvfp4 baseline {name!r}; known: "
-                         f"{sorted(baselines.BASELINES)}")
-    return from_jax(baselines.BASELINES[name](), baselines.INPUTS,
+    return from_jax(_baseline(name)(), baselines.INPUTS,
                     {"mode": "XLA", "interpret": False, "poisoned": False,
                      "race_detection": False})
 

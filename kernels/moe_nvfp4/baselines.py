@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 INPUTS = ("hidden_bf16", "masked_m", "w1_bf16", "w2_bf16")
+OUTPUT = "out_dense"  # the oracle's answer for the bf16 dense path, the one output of each
 
 
 def _silu_mul(h):
@@ -29,7 +30,7 @@ def dense_bf16() -> Callable:
         h = jnp.einsum("emk,ekn->emn", hidden, w1, preferred_element_type=jnp.float32)
         act = _silu_mul(h.astype(jnp.bfloat16))
         out = jnp.einsum("emn,enk->emk", act, w2, preferred_element_type=jnp.float32)
-        return {"out_dense": out.astype(jnp.bfloat16)}
+        return {OUTPUT: out.astype(jnp.bfloat16)}
 
     return moe
 
@@ -48,7 +49,7 @@ def ragged_dot() -> Callable:
         act = _silu_mul(h.astype(jnp.bfloat16))
         out = jax.lax.ragged_dot(act, w2, sizes, preferred_element_type=jnp.float32)
         back = jnp.zeros_like(out).at[order].set(out)
-        return {"out_dense": back.reshape(e, m, -1).astype(jnp.bfloat16)}
+        return {OUTPUT: back.reshape(e, m, -1).astype(jnp.bfloat16)}
 
     return moe
 

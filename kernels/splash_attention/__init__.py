@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from casebook.cases import SINGLE_OUTPUT
 from kernels import mgpu_interpret
 from kernels.runnable import Runnable, from_jax
 from kernels.splash_attention import (
@@ -35,6 +36,9 @@ INPUTS = ("q", "k", "v")
 BACKWARD_INPUTS = ("q", "k", "v", "do")
 UPSTREAM_VARIANTS = ("upstream", "upstream_bwd")
 VARIANTS = (*UPSTREAM_VARIANTS, *mgpu.VARIANTS)
+# The backward variants read BACKWARD_INPUTS and return GRADIENTS; the rest return out.
+BACKWARD_VARIANTS = ("upstream_bwd", *mgpu.BACKWARD_VARIANTS)
+GRADIENTS = ("dq", "dk", "dv")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
@@ -69,7 +73,8 @@ def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
                   want: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What a correct kernel writes: the oracle's ``out``, ``dq``, ``dk``, ``dv`` rounded
     to the input dtype, the dtype of every output of the port."""
-    return {name: near_misses.rounded(inputs, want[name]) for name in ("out", "dq", "dk", "dv")}
+    return {name: near_misses.rounded(inputs, want[name])
+            for name in (SINGLE_OUTPUT, *GRADIENTS)}
 
 
 def mutants(params: dict[str, Any]):
@@ -77,15 +82,32 @@ def mutants(params: dict[str, Any]):
     return near_misses.mutants(params)
 
 
-def check_params(params: dict[str, Any]) -> str | None:
-    """Why the kernel cannot run ``params``, or None."""
+def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the kernel cannot run ``params`` (the key and what is wrong), or None."""
     if params["heads_q"] % params["heads_kv"]:
-        return f"heads_q={params['heads_q']} is not a multiple of heads_kv={params['heads_kv']}"
+        return "heads_kv", (f"{params['heads_kv']} does not divide heads_q={params['heads_q']}"
+                            " (heads_q must be a multiple of heads_kv)")
     if params["seq_len"] % params.get("block", 128):
-        return f"seq_len={params['seq_len']} is not a multiple of block={params.get('block', 128)}"
+        return "seq_len", (f"{params['seq_len']} is not a multiple of "
+                           f"block={params.get('block', 128)}")
     if params.get("segments", 1) > params["seq_len"]:
-        return f"segments={params['segments']} exceed seq_len={params['seq_len']}"
+        return "segments", f"{params['segments']} exceed seq_len={params['seq_len']}"
     return None
+
+
+def outputs(variant: str) -> tuple[str, ...]:
+    """What ``kernel(variant, ...)`` fetches: the gradients for a backward variant, the
+    attention output (one array) for a forward one."""
+    _check_variant(variant)
+    return GRADIENTS if variant in BACKWARD_VARIANTS else (SINGLE_OUTPUT,)
+
+
+def baseline_outputs(name: str) -> tuple[str, ...]:
+    """Every baseline is a forward attention: the output, one array."""
+    if name not in baselines.BASELINES:
+        raise ValueError(f"unknown splash_attention baseline {name!r}; known: "
+                         f"{sorted(baselines.BASELINES)}")
+    return (SINGLE_OUTPUT,)
 
 
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -127,15 +149,14 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     GPU interpreter on a host without a GPU (checking: NaN memory, races); upstream in
     Pallas's TPU interpreter."""
     _check_variant(variant)
+    backward = variant in BACKWARD_VARIANTS
+    names = BACKWARD_INPUTS if backward else INPUTS
     if variant in mgpu.VARIANTS:
         interpret, execution = mgpu_interpret.placement(purpose)
-        if variant in mgpu.BACKWARD_VARIANTS:
-            fn, names = mgpu.make_backward(params, interpret=interpret), BACKWARD_INPUTS
-        else:
-            fn, names = mgpu.make(variant, params, interpret=interpret), INPUTS
+        fn = (mgpu.make_backward(params, interpret=interpret) if backward
+              else mgpu.make(variant, params, interpret=interpret))
         return from_jax(fn, names, execution)
-    make, names = ((upstream.make_backward, BACKWARD_INPUTS) if variant == "upstream_bwd"
-                   else (upstream.make, INPUTS))
+    make = upstream.make_backward if backward else upstream.make
     if purpose == "check":
         fn = make(params, interpret=upstream.checking_mode())
         execution = {"mode": "Pallas TPU interpret mode (uninitialised memory = NaN)",

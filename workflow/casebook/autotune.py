@@ -124,7 +124,7 @@ def choose(plugin: Any, spec: dict[str, Any], case_path: Path, variant: str, poi
     chosen, reason = pick(candidates, found["tie_rule"])
     record = records.write(out, "tile_choice", {
         "target": target, "case": case, "variant": variant, "point": point,
-        "params": params, "sources_sha256": provenance.case_sources_sha256(case, case_path),
+        "params": params, "sources_sha256": provenance.job_sha256(spec, variant, point),
         "key": found["key"], "seed": seed, "smem_limit_bytes": found["smem_limit_bytes"],
         "tie_rule": found["tie_rule"],
         "candidates": candidates, "rejected": found["rejected"],

@@ -2,7 +2,15 @@
 
 - ``make_inputs(params, rng) -> {name: ndarray}``: fresh inputs of one problem;
 - ``oracle(params, inputs) -> ndarray``: the float64 answer;
-- ``check_params(params) -> str | None``: why a problem cannot run, or None;
+- ``check_params(params) -> (key, why) | None``: why a problem cannot run, or None: the
+  params key at fault (dotted as in the case file: ``n``, ``m.1``) and what is wrong,
+  starting with its value (``("n", "100 is not a multiple of 16")``); the case config
+  refuses such a point when it loads (``config.load_case``), before any job runs;
+- ``outputs(variant) -> tuple[str, ...]`` and ``baseline_outputs(name) -> tuple[str,
+  ...]``: the output names the kernel's (the baseline's) ``fetch`` returns (a bare array
+  is ``SINGLE_OUTPUT``), known without running it, taken from the case's own variant
+  tables, so a missing tolerance is found when the config loads; ValueError for a name
+  the case does not have;
 - ``build(variant, params) -> dict``: lower/compile, with what was built;
 - ``kernel(variant, params, purpose) -> Runnable``: ``check`` or ``time``;
 - ``baseline(name, params) -> Runnable``;
@@ -41,8 +49,10 @@ class NotRunnable(Exception):
     """This variant or baseline cannot execute on this host; the message says why."""
 
 
-SURFACE = ("make_inputs", "oracle", "check_params", "build", "kernel", "baseline",
-           "races_found", "reset", "reference_file", "model_outputs", "mutants")
+SURFACE = ("make_inputs", "oracle", "check_params", "outputs", "baseline_outputs", "build",
+           "kernel", "baseline", "races_found", "reset", "reference_file", "model_outputs",
+           "mutants")
+SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
 
 
 def load(case: str) -> ModuleType:
@@ -55,3 +65,20 @@ def load(case: str) -> ModuleType:
     if missing:
         raise CasebookError(init, missing[0], "the case plug-in does not define it")
     return module
+
+
+def params_problem(plugin: ModuleType, params: dict) -> tuple[str, str] | None:
+    """The case's ``check_params`` of ``params``: (key, why), or None: it can run."""
+    found = plugin.check_params(params)
+    if found is not None and not (isinstance(found, tuple) and len(found) == 2
+                                  and all(isinstance(part, str) for part in found)):
+        raise CasebookError(plugin.__file__, "check_params",
+                            f"must return (key, why) or None, not {found!r}")
+    return found
+
+
+def refusal(plugin: ModuleType, params: dict) -> str | None:
+    """The case's ``check_params`` of ``params`` as one phrase (``n: 100 is not a multiple
+    of 16``), or None: the problem can run."""
+    found = params_problem(plugin, params)
+    return None if found is None else f"{found[0]}: {found[1]}"

@@ -32,7 +32,7 @@ def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str
     params = config.find(spec["points"], point, path, "points")["params"]
     return records.write(out, "check_power", {
         "target": target, "case": case, "point": point, "params": params,
-        "sources_sha256": provenance.case_sources_sha256(case, path),
+        "sources_sha256": provenance.job_sha256(spec, point=point),
         **measure(cases.load(case), params, spec, path)})
 
 

@@ -289,14 +289,15 @@ def reproduction(ev: Evidence) -> list[str]:
     commits = _commits(ev)
     lines = [f"Project commit: {', '.join(commits)}",
              f"Command: {command(ev)}",
-             f"Pinned inputs: {_locks(ev.env)}, case config and kernel sources sha256 "
-             f"{ev.current_sources_sha256[:16]}…"]
+             f"Pinned inputs: {_locks(ev.env)}; kernel sources (the case's package and "
+             f"the kernels/ modules it imports) sha256 {ev.kernel_sources_sha256[:16]}…, "
+             f"hashed in each record with the slice of the case config it read"]
     lines += _tiles(ev)
     if any(c.endswith("-dirty") for c in commits):
         lines.append("WARNING: made from a working tree with uncommitted changes")
     if ev.stale:
-        lines.append("STALE: these records were made from other kernel sources than the "
-                     "current ones")
+        lines.append("STALE: some of these records were made from other kernel sources, or "
+                     "another case config, than the current ones")
     return lines
 
 

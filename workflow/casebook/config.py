@@ -1,22 +1,26 @@
 """Case configs: loaded, checked against their schemas, defaults filled in.
 
-The global config is validated by Snakemake's ``validate`` in the Snakefile; case files
-are checked here so that every error names the case file and the key.
+The global config is validated by Snakemake's ``validate`` in the Snakefile, after
+``validate_global`` has named the one file (or ``--config``) that set a bad key. Case files
+are checked here so that every error names the case file and the key, and completely
+before any job runs: the point parameters by the case's own ``check_params``, and a
+tolerance for every output each variant and baseline returns (``load_case``).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from casebook import paths
-from casebook.errors import CasebookError
+from casebook import cases, paths
+from casebook.errors import CasebookError, shown
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -61,25 +65,83 @@ def validate(path: object, data: Any, schema_path: Path, prefix: str = "") -> No
     raise CasebookError(path, ".".join(filter(None, [prefix, key])) or "(top level)", message)
 
 
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
 def read_yaml(path: Path) -> Any:
+    """The YAML file's content; a syntax error is one line, ``file:line:col: problem``."""
     try:
-        text = path.read_text()
+        text = Path(path).read_text()
     except FileNotFoundError:
         raise CasebookError(path, None, "file not found") from None
     try:
         return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"{shown(path)}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        problem = error.problem or error.context or "syntax error"
+        raise CasebookError(where, None, f"not valid YAML: {_one_line(problem)}") from None
     except yaml.YAMLError as error:
-        raise CasebookError(path, None, f"not valid YAML ({error})") from None
+        raise CasebookError(path, None, f"not valid YAML: {_one_line(str(error))}") from None
+
+
+def _merge(settings: dict[str, Any], overlay: Mapping[str, Any]) -> None:
+    """``overlay`` on top of ``settings``, nested mappings merged (Snakemake's
+    ``update_config``)."""
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(settings.get(key), dict):
+            _merge(settings[key], value)
+        else:
+            settings[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _holds(settings: Any, keys: Sequence[str]) -> bool:
+    for key in keys:
+        if not isinstance(settings, Mapping) or key not in settings:
+            return False
+        settings = settings[key]
+    return True
+
+
+def source_of(sources: Sequence[tuple[str, Any]], key: str | None) -> str:
+    """Which of ``sources`` (name and content, in the order applied) set ``key``
+    (dotted): the last that holds it; for a key that is missing, the last that holds the
+    nearest enclosing key; else the first source (``config`` where there is none)."""
+    keys = [] if not key or key == "(top level)" else key.split(".")
+    for depth in range(len(keys), 0, -1):
+        for name, content in reversed(sources):
+            if _holds(content, keys[:depth]):
+                return name
+    return sources[0][0] if sources else "config"
+
+
+def validate_global(settings: dict[str, Any], sources: Sequence[tuple[str, Any]]) -> None:
+    """Check the merged global ``settings`` (filling defaults); an error names the one
+    source that set the bad key."""
+    try:
+        validate("config", settings, paths.CONFIG_SCHEMA)
+    except CasebookError as error:
+        raise CasebookError(source_of(sources, error.key), error.key, error.message) from None
+
+
+def global_sources(configfiles: Sequence[str | Path],
+                   given: Mapping[str, Any] | None = None) -> list[tuple[str, Any]]:
+    """Each config file's content (in the order applied), then ``--config`` where given."""
+    sources: list[tuple[str, Any]] = [(str(f), read_yaml(Path(f)) or {}) for f in configfiles]
+    return sources + ([("--config", dict(given))] if given else [])
 
 
 def load_global(overlays: Sequence[str | Path] = ()) -> dict[str, Any]:
-    """configs/config.yaml with each overlay's top-level keys on top (as Snakemake's
-    ``--configfile``), validated, with the schema's defaults filled in."""
-    path = paths.SOURCE_ROOT / "configs" / "config.yaml"
-    settings = read_yaml(path)
-    for overlay in map(Path, overlays):
-        settings.update(read_yaml(overlay) or {})
-    validate(" + ".join(map(str, [path, *overlays])), settings, paths.CONFIG_SCHEMA)
+    """configs/config.yaml with each overlay on top (as Snakemake's ``--configfile``:
+    nested keys merged), validated, with the schema's defaults filled in."""
+    sources = global_sources([paths.SOURCE_ROOT / "configs" / "config.yaml", *overlays])
+    settings: dict[str, Any] = {}
+    for name, content in sources:
+        if not isinstance(content, Mapping):
+            raise CasebookError(name, "(top level)", "not a mapping of config keys")
+        _merge(settings, content)
+    validate_global(settings, sources)
     return settings
 
 
@@ -117,7 +179,39 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
             raise CasebookError(path, f"points.{i}.params.dtype", f"no tolerance for {dtype!r}")
     for i, point in enumerate(case["build_only_points"]):
         validate(path, point["params"], point_schema, prefix=f"build_only_points.{i}.params")
+    _check_with_plugin(path, case, cases.load(name))
     return case
+
+
+def _check_with_plugin(path: Path, case: dict[str, Any], plugin: Any) -> None:
+    """What only the case's kernel package knows, checked before any job runs: every
+    variant and baseline it has, every point it can run (``check_params``: build-only
+    points are built, so they count), and a tolerance for every output a variant or a
+    baseline returns at the dtype of every point."""
+    returned: dict[str, tuple[str, ...]] = {}
+    for group, outputs in (("variants", plugin.outputs),
+                           ("baselines", plugin.baseline_outputs)):
+        for i, item in enumerate(case[group]):
+            try:
+                returned[f"{group[:-1]} {item['name']}"] = tuple(outputs(item["name"]))
+            except ValueError as error:
+                raise CasebookError(path, f"{group}.{i}.name", str(error)) from None
+    for group in ("points", "build_only_points"):
+        for i, point in enumerate(case[group]):
+            found = cases.params_problem(plugin, point["params"])
+            if found is not None:
+                raise CasebookError(path, f"{group}.{i}.params.{found[0]}", found[1])
+    for point in case["points"]:
+        dtype = point["params"].get("dtype")
+        if dtype is None:
+            continue
+        for who, outputs in returned.items():
+            for output in outputs:
+                try:
+                    tolerance(case, dtype, output, path)
+                except CasebookError as error:
+                    raise CasebookError(path, error.key, f"missing: {who} returns {output!r} "
+                                        f"at {dtype} points (e.g. {point['name']})") from None
 
 
 def tolerance(spec: dict[str, Any], dtype: str, output: str, path: object) -> dict[str, Any]:

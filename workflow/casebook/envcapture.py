@@ -92,7 +92,7 @@ def capture(lock_platform: str) -> dict[str, Any]:
         "python": {
             "version": platform.python_version(),
             "implementation": platform.python_implementation(),
-            "executable": sys.executable,
+            "executable": provenance.portable(sys.executable),
         },
         "os": {"platform": platform.platform(), "libc": " ".join(platform.libc_ver())},
         "lock": {

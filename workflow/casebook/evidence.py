@@ -33,7 +33,7 @@ class Evidence:
     baselines: dict[tuple[str, str], dict[str, Any]]  # (baseline, point) -> record
     noise_floor: dict[str, Any] | None  # the host's A/A record; None: none recorded
     sources: list[str]  # every record file read
-    current_sources_sha256: str
+    kernel_sources_sha256: str  # the case's kernel sources as they are now
     # The case's randomized_check records (benchmarks), with the config entry citing each.
     randomized: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # (variant, point) -> the autotune's tile_choice record, where a GPU run made one.
@@ -41,6 +41,10 @@ class Evidence:
         default_factory=dict)
     # point -> the check_power record: verify's check run on near-miss mutants.
     check_power: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # (variant, point) of a verification, (variant, None) of a build -> the hash its record
+    # would carry if made now (provenance.job_sha256).
+    current_sha256: dict[tuple[str, str | None], str] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def points(self) -> list[str]:
@@ -67,9 +71,11 @@ class Evidence:
 
     @property
     def stale(self) -> bool:
-        """Whether these records were made from other kernel sources than the current."""
-        made = {r["sources_sha256"] for r in (*self.verify.values(), *self.builds.values())}
-        return bool(made) and made != {self.current_sources_sha256}
+        """Whether a build or verification was made from other kernel sources, or another
+        slice of the case config, than the current ones."""
+        made = {**{(v, None): r for v, r in self.builds.items()}, **self.verify}
+        return any(made[key]["sources_sha256"] != want
+                   for key, want in self.current_sha256.items() if key in made)
 
     def time_samples(self, variant: str, point: str) -> list[float]:
         return table.kept_seconds(paths.samples_table(
@@ -113,8 +119,7 @@ class Evidence:
         return any(r.get("execution", {}).get("interpret") for r in self.time.values())
 
 
-def gather(spec: dict[str, Any], case_path: Path, target: str,
-           must_exist: bool) -> Evidence:
+def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
     """Read every record of ``spec``'s grid on ``target``.
 
     ``must_exist`` (this machine's target) makes a missing record an error; records of
@@ -166,5 +171,9 @@ def gather(spec: dict[str, Any], case_path: Path, target: str,
                      if (r := read(paths.check_power_record(target, case, p["name"]),
                                    "check_power")) is not None},
         sources=sources,
-        current_sources_sha256=provenance.case_sources_sha256(case, case_path),
+        kernel_sources_sha256=provenance.kernel_sources_sha256(case),
+        current_sha256={
+            **{(v, None): provenance.job_sha256(spec, v) for v in variants},
+            **{(v, p["name"]): provenance.job_sha256(spec, v, p["name"])
+               for v in variants for p in spec["points"]}},
     )

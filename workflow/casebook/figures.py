@@ -176,8 +176,7 @@ def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
 def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dict[str, Any]:
     """The figures of ``case`` on ``target``; records of ``measured`` targets must all exist."""
     spec = config.load_case(case_dir, case)
-    ev = gather(spec, config.case_path(case_dir, case), target,
-                must_exist=target in measured)
+    ev = gather(spec, target, must_exist=target in measured)
     six = conditions.assemble(ev)
     drawn, withheld = [], []
     verified_points = [p for p in ev.points

@@ -9,6 +9,7 @@ one results folder per machine::
     results/<target>/gpu_window.json                           a GPU window's steps
     results/<target>/logs/...                                  ... and its logs (imported)
     results/<target>/<case>/build/<variant>.json               what was built
+    results/<target>/<case>/build/<variant>/<point>.json       ... at one point
     results/<target>/<case>/verify/<variant>/<point>.json      oracle check
     results/<target>/<case>/time/<variant>/<point>.json        measurement
     results/<target>/<case>/time/<variant>/<point>.samples.csv raw samples
@@ -22,6 +23,8 @@ one results folder per machine::
     site/public/index.html, <case>.html, methods.html          the site's pages
     site/public/static/, site/public/figures/<case>/<target>/  its style and figures
     site/public/data/<target>/...                              raw records, as under results/
+    build/site/<part>/, build/site/pages/<case>.json           the site's parts before
+                                                               publishing; how each page went
     build/<case>/...                                           compilers' outputs and caches
 
 Paths are relative to the working directory (Snakemake's ``--directory``); sources
@@ -31,6 +34,7 @@ Snakemake wildcard strings such as ``"{target}"`` as well as concrete names.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +51,14 @@ RESULTS = "results"
 BUILD = "build"
 FIGURES = f"{RESULTS}/figures"
 SITE = "site/public"
+STAGE = f"{BUILD}/site"
 LOGS = "logs"
+
+
+def source(path: str | Path) -> str:
+    """A source file as a rule input: relative to the working directory, so that no input
+    names the folder the project sits in (a moved checkout reruns nothing)."""
+    return os.path.relpath(path)
 
 
 def lock_file(platform: str) -> Path:
@@ -91,6 +102,10 @@ def gpu_window_record(target: str) -> str:
 
 def build_record(target: str, case: str, variant: str) -> str:
     return f"{RESULTS}/{target}/{case}/build/{variant}.json"
+
+
+def lowering_record(target: str, case: str, variant: str, point: str) -> str:
+    return f"{RESULTS}/{target}/{case}/build/{variant}/{point}.json"
 
 
 def verify_record(target: str, case: str, variant: str, point: str) -> str:
@@ -160,34 +175,49 @@ def present_targets() -> list[str]:
     return sorted(p.parent.name for p in Path(RESULTS).glob("*/host.json"))
 
 
-def site_index() -> str:
-    return f"{SITE}/index.html"
+def site_part(part: str) -> str:
+    """A part of the site rendered apart (``pages/<case>``, ``index``, ``methods``,
+    ``static``): a folder laid out as the site, merged into it when it is published."""
+    return f"{STAGE}/{part}"
 
 
-def site_page(case: str) -> str:
-    return f"{SITE}/{case}.html"
+def page_part(case: str) -> str:
+    return site_part(f"pages/{case}")
 
 
-def site_methods() -> str:
-    return f"{SITE}/methods.html"
+def page_status(case: str) -> str:
+    """The record of how a case's page was rendered: published, or failed and why."""
+    return f"{STAGE}/pages/{case}.json"
 
 
-def site_static(name: str) -> str:
-    return f"{SITE}/static/{name}"
+def site_index(root: str = SITE) -> str:
+    return f"{root}/index.html"
 
 
-def site_figure(case: str, target: str, name: str) -> str:
-    return f"{SITE}/figures/{case}/{target}/{name}.svg"
+def site_page(case: str, root: str = SITE) -> str:
+    return f"{root}/{case}.html"
 
 
-def site_data(record: str) -> str:
+def site_methods(root: str = SITE) -> str:
+    return f"{root}/methods.html"
+
+
+def site_static(name: str, root: str = SITE) -> str:
+    return f"{root}/static/{name}"
+
+
+def site_figure(case: str, target: str, name: str, root: str = SITE) -> str:
+    return f"{root}/figures/{case}/{target}/{name}.svg"
+
+
+def site_data(record: str, root: str = SITE) -> str:
     """Where the published copy of a file under results/ goes (same relative path)."""
-    return f"{SITE}/data/{Path(record).relative_to(RESULTS).as_posix()}"
+    return f"{root}/data/{Path(record).relative_to(RESULTS).as_posix()}"
 
 
-def site_href(published: str) -> str:
+def site_href(published: str, root: str = SITE) -> str:
     """A published file's link from a page at the site's root."""
-    return Path(published).relative_to(SITE).as_posix()
+    return Path(published).relative_to(root).as_posix()
 
 
 def log(stage: str, *keys: str) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import json
 import os
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from casebook import paths
 
@@ -41,6 +44,15 @@ def commit() -> str:
     return f"{head}-dirty" if dirty else head
 
 
+def portable(path: str | Path) -> str:
+    """``path`` as a record names it, free of the folder the project sits in: relative to
+    the sources where it lies inside them (``.venv/bin/python``), else as found."""
+    found = Path(path).absolute()
+    if found.is_relative_to(paths.SOURCE_ROOT):
+        return found.relative_to(paths.SOURCE_ROOT).as_posix()
+    return str(path)
+
+
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -55,16 +67,79 @@ def files_sha256(files: Iterable[str | Path], root: Path = paths.SOURCE_ROOT) ->
     return digest.hexdigest()
 
 
-def kernel_sources(case: str) -> list[Path]:
-    """The files whose change must rerun a case: its package and the shared modules."""
-    own = (p for p in paths.kernel_dir(case).rglob("*")
-           if p.is_file() and "__pycache__" not in p.parts)
-    return sorted([*paths.KERNELS_DIR.glob("*.py"), *own])
+def _imported(module: Path) -> set[str]:
+    """The dotted names ``module`` (a file under kernels/) imports, relative ones resolved."""
+    package = module.relative_to(paths.SOURCE_ROOT).with_suffix("").parts[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_bytes(), str(module))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[:len(package) - node.level + 1], node.module or ""]
+                            if node.level else [node.module or ""]).strip(".")
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
 
 
-def case_sources_sha256(case: str, case_path: Path) -> str:
-    """The hash a case's records carry: its kernel sources and its config."""
-    return files_sha256([*kernel_sources(case), case_path])
+def _module_file(name: str) -> list[Path]:
+    """The file of dotted ``name`` under kernels/ (a module, or a package's __init__.py)."""
+    if name.split(".")[0] != paths.KERNELS_DIR.name:
+        return []
+    found = paths.SOURCE_ROOT.joinpath(*name.split("."))
+    return [f for f in (found.with_suffix(".py"), found / "__init__.py") if f.is_file()]
+
+
+@functools.cache
+def kernel_sources(case: str) -> tuple[Path, ...]:
+    """The files whose change must rerun a case: its package and every module under
+    kernels/ it imports, transitively (a shared module it never imports is not one)."""
+    found = {p for p in paths.kernel_dir(case).rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    found.add(paths.KERNELS_DIR / "__init__.py")
+    todo = [p for p in found if p.suffix == ".py"]
+    while todo:
+        for name in _imported(todo.pop()):
+            new = set(_module_file(name)) - found
+            found |= new
+            todo += [p for p in new if p.suffix == ".py"]
+    return tuple(sorted(found))
+
+
+@functools.cache
+def kernel_sources_sha256(case: str) -> str:
+    return files_sha256(kernel_sources(case))
+
+
+# Case-config keys only the pages read: editing them reruns no measurement.
+PRESENTATION_KEYS = ("title", "summary", "notice", "numerics_notes", "randomized_checks",
+                     "target")
+
+
+def job_slice(spec: dict[str, Any], variant: str | None = None, point: str | None = None,
+              baseline: str | None = None) -> dict[str, Any]:
+    """The part of a case config one job reads: its variant, point or baseline entry (a job
+    naming no point reads every point, as a build does), the tolerance of its point's dtype,
+    and the case-wide settings."""
+    kept = {k: v for k, v in spec.items() if k not in PRESENTATION_KEYS}
+    for group, name in (("variants", variant), ("baselines", baseline)):
+        kept[group] = [i for i in spec.get(group, []) if i["name"] == name]
+    if point is not None:
+        for group in ("points", "build_only_points"):
+            kept[group] = [p for p in spec.get(group, []) if p["name"] == point]
+        dtypes = {p["params"].get("dtype") for p in [*kept["points"],
+                                                        *kept["build_only_points"]]}
+        kept["tolerances"] = {d: t for d, t in spec["tolerances"].items() if d in dtypes}
+    return kept
+
+
+def job_sha256(spec: dict[str, Any], variant: str | None = None, point: str | None = None,
+               baseline: str | None = None) -> str:
+    """The hash a record carries: the kernel sources its case imports and the job's own
+    slice of the case config, so that a record is stale only when what it read changed."""
+    digest = hashlib.sha256(kernel_sources_sha256(spec["name"]).encode())
+    digest.update(json.dumps(job_slice(spec, variant, point, baseline), sort_keys=True).encode())
+    return digest.hexdigest()
 
 
 def known_commit(sha: str) -> bool:

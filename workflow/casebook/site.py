@@ -1,17 +1,25 @@
 """Stage 8, site: static pages rendered from figure sidecars and records.
 
-Every figure shown is read back through the schema: a sidecar missing a condition
-stops the page with a message naming the file and the field. The site is
+Each part of the site (a case's page, the index, the methods page, the static assets) is
+rendered into its own folder under build/site/, laid out as the site; ``publish_site``
+merges the parts into a new folder and puts it in place of site/public/ whole, so the
+published site is never half-made. Every figure shown is read back through the schema: a
+sidecar missing a condition, a corrupt manifest or record, renders the case's page as
+failed with the error (the index says so too), never a dead link. The site is
 self-contained: figures, style and every raw record and sample file a page links to
-are copied under site/public/, so it works opened from disk and needs no network.
+are copied into it, so it works opened from disk and needs no network.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import filecmp
+import functools
+import os
 import re
 import shutil
-from collections.abc import Collection
+import sys
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +27,10 @@ import jinja2
 import markupsafe
 
 from casebook import conditions, config, methods, paths, records, status, tables
+from casebook.errors import CasebookError
 from casebook.evidence import Evidence, gather
+
+Publish = Callable[[str], str | None]
 
 
 def _code(text: str) -> markupsafe.Markup:
@@ -46,14 +57,15 @@ def _render(out: str, template: str, **context: Any) -> None:
     records.atomic_write_text(out, html)
 
 
-def publish(result: str) -> str | None:
-    """Copy a file under results/ into the site; its link from a page, or None if absent."""
+def publish(result: str, root: str) -> str | None:
+    """Copy a file under results/ into the site part at ``root``; its link from a page,
+    or None if absent."""
     if not Path(result).exists():
         return None
-    published = paths.site_data(result)
+    published = paths.site_data(result, root)
     Path(published).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(result, published)
-    return paths.site_href(published)
+    return paths.site_href(published, root)
 
 
 def _made(ev: Evidence) -> dict[str, str]:
@@ -97,23 +109,29 @@ def panel(six: dict[str, list[str]]) -> dict[str, dict[str, list[dict[str, Any]]
     return split
 
 
-def _figures(case: str, target: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def _figures(case: str, target: str, manifest: dict[str, Any], root: str,
+             publish: Publish) -> list[dict[str, Any]]:
     figures = []
     for name in manifest["figures"]:
         svg = paths.figure(case, target, name)
         sidecar_path = paths.sidecar(svg)
         sidecar = records.read(sidecar_path, "figure")
-        published = paths.site_figure(case, target, name)
+        if not Path(svg).is_file():
+            manifest_path = paths.figure_manifest(case, target)
+            raise CasebookError(svg, None, f"missing, though {manifest_path} lists it; "
+                                f"{records.recovery(manifest_path)}")
+        published = paths.site_figure(case, target, name, root)
         Path(published).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(svg, published)
-        figures.append({**sidecar, "src": paths.site_href(published),
+        figures.append({**sidecar, "src": paths.site_href(published, root),
                         "sidecar_href": publish(sidecar_path),
                         "panel": panel(sidecar["conditions"]),
                         "anchor": f"{target}-{name}"})
     return figures
 
 
-def _raw_records(ev: Evidence, manifest_path: str) -> list[dict[str, str | None]]:
+def _raw_records(ev: Evidence, manifest_path: str,
+                 publish: Publish) -> list[dict[str, str | None]]:
     listed = [("environment", paths.env_record(ev.target)),
               ("host", paths.host_record(ev.target)),
               *((f"build: {v}", paths.build_record(ev.target, ev.case, v))
@@ -142,72 +160,90 @@ def tile_note(spec: dict[str, Any], ev: Evidence) -> str | None:
     return f"Tile choice on {ev.target}: {untuned} (no GPU autotune run yet)."
 
 
-def _target_section(spec: dict[str, Any], case_path: Path, target: str,
-                    measured: Collection[str]) -> dict[str, Any]:
-    ev = gather(spec, case_path, target, must_exist=target in measured)
+def _target_section(spec: dict[str, Any], target: str, measured: Collection[str],
+                    root: str) -> dict[str, Any]:
     manifest_path = paths.figure_manifest(spec["name"], target)
     manifest = records.read(manifest_path, "manifest")
+    ev = gather(spec, target, must_exist=target in measured)
+    publish_here = functools.partial(publish, root=root)
     return {
         "target": target, "hardware": status.hardware(ev), "status": status.parts(ev),
         "made": _made(ev), "interpreted": ev.interpreted,
-        "figures": _figures(spec["name"], target, manifest),
+        "figures": _figures(spec["name"], target, manifest, root, publish_here),
         "withheld": manifest["withheld"], "failures": _failures(ev), "stale": ev.stale,
-        "tables": {"Verification": tables.verification(ev, publish),
+        "tables": {"Verification": tables.verification(ev, publish_here),
                    "Lowering (compiled on this host, not run)": tables.lowering(ev),
-                   "Timing": tables.timing(ev, publish),
+                   "Timing": tables.timing(ev, publish_here),
                    "Kernel against baselines": tables.comparisons(ev),
-                   "Tile choice (autotune)": tables.tile_choices(ev, publish)},
+                   "Tile choice (autotune)": tables.tile_choices(ev, publish_here)},
         "tile_note": tile_note(spec, ev),
         "noise_floor": conditions.floor_text(ev),
-        "command": conditions.command(ev), "raw": _raw_records(ev, manifest_path)}
+        "command": conditions.command(ev),
+        "raw": _raw_records(ev, manifest_path, publish_here)}
 
 
 def case_page(case_dir: str, case: str, targets: list[str], measured: Collection[str],
-              title: str) -> None:
-    """One case's page: a section per target; ``measured`` are the targets this run made."""
+              title: str, root: str, status_path: str) -> None:
+    """One case's page in the site part at ``root``: a section per target (``measured``:
+    the targets this run made). Bad input (a corrupt record, manifest or sidecar) renders
+    the page as failed with the error instead; ``status_path`` records which it was."""
     spec = config.load_case(case_dir, case)
-    case_path = config.case_path(case_dir, case)
-    sections = [_target_section(spec, case_path, t, measured) for t in targets]
-    _render(paths.site_page(case), "case.html", site_title=title, spec=spec,
-            sections=sections, headings=conditions.HEADINGS,
-            points=tables.points(spec), page="case")
+    try:
+        sections = [_target_section(spec, t, measured, root) for t in targets]
+    except CasebookError as failure:
+        shutil.rmtree(root, ignore_errors=True)  # figures and records copied so far
+        error = str(failure)
+        sys.stderr.write(f"casebook: the page of {case} is rendered as failed: {error}\n")
+        _render(paths.site_page(case, root), "failed.html", site_title=title, spec=spec,
+                error=error, page="case")
+    else:
+        error = None
+        _render(paths.site_page(case, root), "case.html", site_title=title, spec=spec,
+                sections=sections, headings=conditions.HEADINGS,
+                points=tables.points(spec), page="case")
+    records.write(status_path, "page", {"case": case, "ok": error is None, "error": error})
 
 
 def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
-          measured: Collection[str], title: str) -> None:
+          measured: Collection[str], title: str, root: str,
+          statuses: dict[str, str]) -> None:
+    """The index in the site part at ``root``; ``statuses``: each case's page record."""
     cards = []
     for case in cases:
         spec = config.load_case(case_dir, case)
-        case_path = config.case_path(case_dir, case)
+        page = records.read(statuses[case], "page")
         rows = []
-        for target in targets_of[case]:
-            ev = gather(spec, case_path, target, must_exist=target in measured)
+        for target in targets_of[case] if page["ok"] else []:
+            ev = gather(spec, target, must_exist=target in measured)
             rows.append({"target": target, "hardware": status.hardware(ev),
                          "status": status.parts(ev),
                          "made": _made(ev)})
         cards.append({"spec": spec, "page": paths.site_href(paths.site_page(case)),
-                      "targets": rows})
-    _render(paths.site_index(), "index.html", site_title=title, cards=cards, page="index")
+                      "targets": rows, "error": page["error"]})
+    _render(paths.site_index(root), "index.html", site_title=title, cards=cards, page="index")
 
 
-def static_assets() -> None:
-    """The style sheet and script, copied beside the pages."""
+def static_assets(root: str) -> None:
+    """The style sheet and script, copied into the site part at ``root``."""
     for asset in sorted(paths.STATIC_DIR.iterdir()):
-        records.atomic_write_text(paths.site_static(asset.name), asset.read_text())
+        records.atomic_write_text(paths.site_static(asset.name, root), asset.read_text())
 
 
 def methods_page(case_dir: str, cases: list[str], targets: list[str],
                  measured: Collection[str],
-                 title: str, protocol: dict[str, Any]) -> None:
+                 title: str, protocol: dict[str, Any], root: str) -> None:
+    """The methods page in the site part at ``root``."""
     specs = [config.load_case(case_dir, case) for case in cases]
-    by_target = {t: [gather(s, config.case_path(case_dir, s["name"]), t,
-                            must_exist=t in measured) for s in specs] for t in targets}
+    by_target = {t: [gather(s, t, must_exist=t in measured) for s in specs]
+                 for t in targets}
+    publish_here = functools.partial(publish, root=root)
     evidence = [ev for evs in by_target.values() for ev in evs]
-    hosts = [{**methods.noise_floor(t, evs, publish), "hardware": status.hardware(evs[0]),
-              "host_href": publish(paths.host_record(t))}
+    hosts = [{**methods.noise_floor(t, evs, publish_here),
+              "hardware": status.hardware(evs[0]),
+              "host_href": publish_here(paths.host_record(t))}
              for t, evs in by_target.items()]
     _render(
-        paths.site_methods(), "methods.html", site_title=title, page="methods",
+        paths.site_methods(root), "methods.html", site_title=title, page="methods",
         headings=conditions.HEADINGS, verification=methods.verification_rules(),
         measurement=methods.measurement_rules(),
         tolerances=tables.frame([r for s in specs for r in methods.tolerance_rows(s)],
@@ -217,3 +253,32 @@ def methods_page(case_dir: str, cases: list[str], targets: list[str],
         stops=tables.frame(methods.stop_rows(evidence), "stops"),
         executions=tables.frame(methods.execution_rows(evidence), "executions"),
         hosts=hosts)
+
+
+# Snakemake's stamp of a folder output: kept out of the published site.
+_SNAKEMAKE_STAMP = ".snakemake_timestamp"
+
+
+def publish_site(parts: list[str], site: str) -> None:
+    """Merge the rendered ``parts`` into a new folder, then put it in place of ``site``.
+
+    A file two parts both hold (a target's host record, say) must be the same in both.
+    The old site is renamed away only once the new one is complete; a run killed in
+    between leaves one of the two whole beside ``site``."""
+    new, old = Path(f"{site}.new"), Path(f"{site}.old")
+    shutil.rmtree(new, ignore_errors=True)
+    for part in map(Path, parts):
+        for source in sorted(part.rglob("*")):
+            if not source.is_file() or source.name == _SNAKEMAKE_STAMP:
+                continue
+            target = new / source.relative_to(part)
+            if target.exists() and not filecmp.cmp(source, target, shallow=False):
+                raise CasebookError(source, None, f"differs from {target.relative_to(new)} "
+                                    f"of another part of the site")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+    shutil.rmtree(old, ignore_errors=True)
+    if Path(site).exists():
+        os.rename(site, old)
+    os.rename(new, site)
+    shutil.rmtree(old, ignore_errors=True)

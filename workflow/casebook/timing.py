@@ -55,7 +55,7 @@ def _context(case_dir: str, case: str, point: str):
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 settings: dict[str, Any], verify_path: str, out: str,
                 samples_path: str) -> dict[str, Any]:
-    spec, path, params, plugin = _context(case_dir, case, point)
+    spec, _, params, plugin = _context(case_dir, case, point)
     checked = records.read(verify_path, "verify")
     tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
     if tiles_from != checked.get("tile_table"):
@@ -64,7 +64,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     body: dict[str, Any] = {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "verify_record": verify_path,
-        "sources_sha256": provenance.case_sources_sha256(case, path),
+        "sources_sha256": provenance.job_sha256(spec, variant, point),
         **({"tile_table": tiles_from} if tiles_from else {}),
     }
     if not checked["passed"]:

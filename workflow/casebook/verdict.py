@@ -1,8 +1,10 @@
 """How a run ends: the site is rendered either way; then one line names every point that
-failed verification and every measurement a guard refused, and a failed verification
-makes the run exit non-zero (config ``fail_on_failures``), so make, CI and a cluster job
-see what the pages show. A refusal is named but does not fail the run yet: the reuse
-guard's false-refusal rate under load is still to be measured (issue 15, item 7).
+failed verification and every measurement a guard refused, and either makes the run
+exit non-zero (config ``fail_on_failures``), so make, CI and a cluster job see what the
+pages show; a case page that failed to render (its inputs did not read back) is named
+too, and always fails the run. A refusal fails the run as a failed verification does: the reuse guard
+re-checks before it refuses, and benchmarks/reuse_guard_load.py measures how rarely the
+guards accuse honest code on a loaded host.
 
 ``python -m casebook.verdict`` gives the same verdict on the records as they stand (what
 ``make`` runs after Snakemake, which says nothing when it had nothing to do).
@@ -32,7 +34,8 @@ def _refused(path: str, kind: str) -> bool:
 
 def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, list[str]]:
     """target/case/variant/point of each failed verification, and of each kernel or
-    baseline measurement a guard refused, in the records of ``targets``."""
+    baseline measurement a guard refused, in the records of ``targets``; each case whose
+    page failed to render, with the error."""
     failed, refused = [], []
     for target in targets:
         for case, spec in specs.items():
@@ -48,7 +51,9 @@ def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, 
                 for name in (b["name"] for b in spec["baselines"]):
                     if _refused(paths.baseline_record(target, case, name, point), "baseline"):
                         refused.append(f"{target}/{case}/baseline {name}/{point}")
-    return {"failed": failed, "refused": refused}
+    pages = [f"{case} ({page['error']})" for case in specs
+             if (page := _read(paths.page_status(case), "page")) and not page["ok"]]
+    return {"failed": failed, "refused": refused, "pages": pages}
 
 
 def summary(found: dict[str, list[str]]) -> str | None:
@@ -60,17 +65,21 @@ def summary(found: dict[str, list[str]]) -> str | None:
     if found["refused"]:
         parts.append(f"{len(found['refused'])} measurement(s) refused by a guard: "
                      + ", ".join(found["refused"]))
+    if found["pages"]:
+        parts.append(f"{len(found['pages'])} page(s) failed to render: "
+                     + ", ".join(found["pages"]))
     return "casebook: " + "; ".join(parts) + " (the site shows them)" if parts else None
 
 
 def finish(specs: dict[str, dict[str, Any]], targets: list[str], fail: bool) -> None:
-    """Print the verdict's line to stderr; exit 1 when a verification failed and
-    ``fail``."""
+    """Print the verdict's line to stderr; exit 1 when a verification failed or a guard
+    refused a measurement, and ``fail``; and whenever a page failed to render (the site
+    is not whole)."""
     found = findings(specs, targets)
     line = summary(found)
     if line:
         print(line, file=sys.stderr)
-    if found["failed"] and fail:
+    if ((found["failed"] or found["refused"]) and fail) or found["pages"]:
         sys.exit(1)
 
 

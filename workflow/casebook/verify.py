@@ -18,7 +18,7 @@ from casebook import cases, config, provenance, records, tile_table
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
 SEED_VARIABLE = "CASEBOOK_SEED"  # set to replay a recorded draw
-SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
+SINGLE_OUTPUT = cases.SINGLE_OUTPUT  # the name of an output given as a bare array
 
 Tolerance = Callable[[str], dict[str, Any]]  # output name -> {atol, rtol, reason}
 
@@ -135,7 +135,7 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
     return records.write(out, "verify", {
         "target": target, "case": case, "variant": variant, "point": point,
-        "params": params, "sources_sha256": provenance.case_sources_sha256(case, path),
+        "params": params, "sources_sha256": provenance.job_sha256(spec, variant, point),
         **({"tile_table": tiles_from} if tiles_from else {}),
         **check_point(cases.load(case), variant, tuned, spec, path)})
 
@@ -149,7 +149,7 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
     streams = np.random.SeedSequence(seed).spawn(spec["verify"]["trials"])
     checks: list[dict[str, Any]] = []
     not_run = None
-    why_not = plugin.check_params(params)
+    why_not = cases.refusal(plugin, params)
     if why_not:
         checks.append({"purpose": "check", "trial": 0, "passed": False, "error": why_not})
     else:

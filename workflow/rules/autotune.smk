@@ -20,7 +20,7 @@ rule tile_choice:
             )
         ),
     params:
-        case_dir=config["case_dir"],
+        config=job_config("variant", "point"),
         measurement=config["measurement"],
     log:
         paths.log("autotune", "{target}", "{case}", "{variant}", "{point}"),

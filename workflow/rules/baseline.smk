@@ -8,7 +8,7 @@ rule baseline:
         record=paths.baseline_record("{target}", "{case}", "{baseline}", "{point}"),
         samples=paths.samples_table(paths.baseline_record("{target}", "{case}", "{baseline}", "{point}")),
     params:
-        case_dir=config["case_dir"],
+        config=job_config("baseline", "point"),
         measurement=config["measurement"],
     log:
         paths.log("baseline", "{target}", "{case}", "{baseline}", "{point}"),

@@ -1,18 +1,33 @@
-# Stage 3: lower/compile each variant at every point of the case's grid.
+# Stage 3: lower/compile each variant at each point of the case's grid (one job per point,
+# so that changing a point rebuilds it alone), then gather the variant's build record.
 
 
-rule build:
+rule lower:
     input:
         case_inputs,
         tile_table_input,
     output:
-        paths.build_record("{target}", "{case}", "{variant}"),
+        paths.lowering_record("{target}", "{case}", "{variant}", "{point}"),
     params:
-        case_dir=config["case_dir"],
+        config=job_config("variant", "point"),
     log:
-        paths.log("build", "{target}", "{case}", "{variant}"),
+        paths.log("build", "{target}", "{case}", "{variant}", "{point}"),
     resources:
         gpu=target_gpus,
         constraint=target_constraint,
+    script:
+        "../scripts/lower.py"
+
+
+rule build:
+    input:
+        lambda w: [
+            paths.lowering_record(w.target, w.case, w.variant, p["name"])
+            for p in [*CASES[w.case]["points"], *CASES[w.case]["build_only_points"]]
+        ],
+    output:
+        paths.build_record("{target}", "{case}", "{variant}"),
+    log:
+        paths.log("build", "{target}", "{case}", "{variant}"),
     script:
         "../scripts/build.py"

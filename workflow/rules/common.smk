@@ -1,4 +1,5 @@
 # Shared by every stage: the validated cases, the targets measured, input functions.
+import json
 import os
 import re
 import sys
@@ -15,17 +16,19 @@ from casebook import config as case_config, hostcapture, paths, provenance, verd
 from casebook.errors import CasebookError
 
 try:
-    # One line naming the key first; then Snakemake's own validate fills in defaults.
-    sources = [*map(str, workflow.configfiles)]
-    if workflow.config_settings.overwrite_config:
-        sources.append("--config")
-    case_config.validate(" + ".join(sources), config, paths.CONFIG_SCHEMA)
+    # Every config error before any job: one line naming the one file (or --config) that
+    # set the bad key, then Snakemake's own validate; each case checked whole (load_case).
+    _given = workflow.config_settings  # applied in order: ours, --configfile, --config
+    _own = [] if _given.replace_workflow_config else workflow.configfiles[len(_given.configfiles):]
+    case_config.validate_global(config, case_config.global_sources(
+        [*_own, *_given.configfiles], _given.config))
     validate(config, str(paths.CONFIG_SCHEMA))
     CASES = {name: case_config.load_case(config["case_dir"], name) for name in config["cases"]}
     # The targets this run produces records for: configured, or this machine's own.
     MEASURED = hostcapture.measured_targets(config)
-except CasebookError as error:
-    raise WorkflowError(f"casebook: {error}") from None
+except CasebookError as error:  # not WorkflowError, which Snakemake frames in many lines
+    print(f"casebook: error: {error}", file=sys.stderr)
+    raise SystemExit(1) from None
 
 # Records of other targets (committed from other machines) are inputs, never outputs.
 TARGETS = sorted(set(paths.present_targets()) | set(MEASURED))
@@ -40,12 +43,12 @@ wildcard_constraints:
     shown_target="|".join(map(re.escape, TARGETS)),
     case="|".join(CASES),
     variant=_names("variants"),
-    point=_names("points"),
+    point="|".join(filter(None, [_names("points"), _names("build_only_points")])),
     baseline=_names("baselines"),
 
 
 def case_file(wildcards):
-    return str(case_config.case_path(config["case_dir"], wildcards.case))
+    return paths.source(case_config.case_path(config["case_dir"], wildcards.case))
 
 
 def lock_platform(target):
@@ -54,13 +57,24 @@ def lock_platform(target):
 
 
 def case_inputs(wildcards):
-    """What a case's records depend on: its config, its kernel sources, the environment."""
+    """What a case's records depend on: the kernel sources the case imports, the
+    environment. The case config enters through each job's own slice (job_config)."""
     return [
-        case_file(wildcards),
-        *map(str, provenance.kernel_sources(wildcards.case)),
+        *map(paths.source, provenance.kernel_sources(wildcards.case)),
         paths.env_record(wildcards.target),
         paths.host_record(wildcards.target),
     ]
+
+
+def job_config(*names):
+    """A param: the slice of the case config a job reads (provenance.job_slice), by the
+    wildcards ``names``; editing one point's entry reruns that point's jobs alone."""
+
+    def slice_of(wildcards):
+        picked = {name: wildcards[name] for name in names}
+        return json.dumps(provenance.job_slice(CASES[wildcards.case], **picked), sort_keys=True)
+
+    return slice_of
 
 
 def tile_table_input(wildcards):
@@ -98,7 +112,8 @@ def case_manifests(case):
 
 def randomized_records(case):
     """The benchmark records of randomized checks the case's page cites."""
-    return [str(paths.SOURCE_ROOT / c["record"]) for c in CASES[case].get("randomized_checks", [])]
+    return [paths.source(paths.SOURCE_ROOT / c["record"])
+            for c in CASES[case].get("randomized_checks", [])]
 
 
 def figure_inputs(wildcards):
@@ -111,8 +126,3 @@ def figure_inputs(wildcards):
     floor = [f for f in [paths.noise_floor_record(target)] if Path(f).exists()]
     return [paths.env_record(target), paths.host_record(target), *floor, *sorted(map(str, found)),
             *randomized_records(wildcards.case)]
-
-
-def final_outputs():
-    site = [paths.site_methods(), *(paths.site_static(p.name) for p in paths.STATIC_DIR.iterdir())]
-    return [paths.site_index(), *(paths.site_page(case) for case in CASES), *site]

@@ -3,8 +3,8 @@
 
 rule env:
     input:
-        lock=lambda wildcards: str(paths.lock_file(lock_platform(wildcards.target))),
-        references=str(paths.REFERENCE_LOCK),
+        lock=lambda wildcards: paths.source(paths.lock_file(lock_platform(wildcards.target))),
+        references=paths.source(paths.REFERENCE_LOCK),
     output:
         paths.env_record("{target}"),
     params:

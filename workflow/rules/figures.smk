@@ -1,14 +1,14 @@
 # Stage 7: figures and their six-condition sidecars, for every target with records here.
 
 
-rule figures:
+# A checkpoint: the page's inputs are the figures and sidecars its manifest lists.
+checkpoint figures:
     input:
         case_file,
         figure_inputs,
     output:
         paths.figure_manifest("{case}", "{shown_target}"),
     params:
-        case_dir=config["case_dir"],
         measured=MEASURED,
     log:
         paths.log("figures", "{case}", "{shown_target}"),

@@ -1,15 +1,35 @@
-# Stage 8: the static site: one page per case, a methods page, an index whose statuses
-# come from records, and the static assets; raw records are copied in beside them.
+# Stage 8: the static site. Each part (one page per case, a methods page, an index whose
+# statuses come from records, the static assets) is rendered into its own folder under
+# build/site/; the site rule merges them and puts the result in place of site/public/
+# whole. A failed job leaves the published site as it was (update: Snakemake keeps it and
+# restores it), and a page whose inputs do not read back is rendered as failed.
+
+
+def figure_files(wildcards):
+    """Each target's figure manifest, and the figures and sidecars it lists once the
+    figures checkpoint has made it: a hand-edited sidecar reruns the page. What a corrupt
+    manifest lists cannot be read here; the page job then reports it."""
+    files = []
+    for target in TARGETS:
+        manifest = checkpoints.figures.get(case=wildcards.case, shown_target=target).output[0]
+        files.append(manifest)
+        try:
+            names = json.loads(Path(manifest).read_text())["figures"]
+            listed = [paths.figure(wildcards.case, target, name) for name in names]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        files += [f for svg in listed for f in (svg, paths.sidecar(svg)) if os.path.exists(f)]
+    return files
 
 
 rule page:
     input:
         case_file,
-        lambda wildcards: case_manifests(wildcards.case),
+        figure_files,
     output:
-        paths.site_page("{case}"),
+        part=directory(paths.page_part("{case}")),
+        status=paths.page_status("{case}"),
     params:
-        case_dir=config["case_dir"],
         targets=TARGETS,
         measured=MEASURED,
         title=config["site"]["title"],
@@ -21,7 +41,7 @@ rule page:
 
 rule methods:
     input:
-        [str(case_config.case_path(config["case_dir"], case)) for case in CASES],
+        [paths.source(case_config.case_path(config["case_dir"], case)) for case in CASES],
         [m for case in CASES for m in case_manifests(case)],
         # Each host's A/A noise floor: the measured targets' are made by the noise rule.
         [
@@ -30,9 +50,8 @@ rule methods:
             if t in MEASURED or os.path.exists(p)
         ],
     output:
-        paths.site_methods(),
+        directory(paths.site_part("methods")),
     params:
-        case_dir=config["case_dir"],
         cases=list(CASES),
         targets=TARGETS,
         measured=MEASURED,
@@ -46,9 +65,9 @@ rule methods:
 
 rule static:
     input:
-        sorted(map(str, paths.STATIC_DIR.iterdir())),
+        sorted(map(paths.source, paths.STATIC_DIR.iterdir())),
     output:
-        [paths.site_static(p.name) for p in sorted(paths.STATIC_DIR.iterdir())],
+        directory(paths.site_part("static")),
     log:
         paths.log("site", "static"),
     script:
@@ -58,11 +77,10 @@ rule static:
 rule index:
     input:
         [m for case in CASES for m in case_manifests(case)],
-        pages=[paths.site_page(case) for case in CASES],
+        statuses=[paths.page_status(case) for case in CASES],
     output:
-        paths.site_index(),
+        directory(paths.site_part("index")),
     params:
-        case_dir=config["case_dir"],
         cases=list(CASES),
         targets=TARGETS,
         measured=MEASURED,
@@ -73,12 +91,22 @@ rule index:
         "../scripts/index.py"
 
 
+rule site:
+    input:
+        [paths.page_part(case) for case in CASES],
+        [paths.site_part(part) for part in ("index", "methods", "static")],
+    output:
+        update(directory(paths.SITE)),
+    log:
+        paths.log("site", "publish"),
+    script:
+        "../scripts/publish.py"
+
+
 for _case in CASES:
 
     rule:
         name:
             _case
         input:
-            paths.site_page(_case),
-            paths.site_index(),
-            rules.static.output,
+            paths.SITE,

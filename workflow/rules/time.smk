@@ -10,7 +10,7 @@ rule time:
         record=paths.time_record("{target}", "{case}", "{variant}", "{point}"),
         samples=paths.samples_table(paths.time_record("{target}", "{case}", "{variant}", "{point}")),
     params:
-        case_dir=config["case_dir"],
+        config=job_config("variant", "point"),
         measurement=config["measurement"],
     log:
         paths.log("time", "{target}", "{case}", "{variant}", "{point}"),

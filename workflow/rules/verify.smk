@@ -5,11 +5,11 @@ rule verify:
     input:
         case_inputs,
         tile_table_input,
-        build=paths.build_record("{target}", "{case}", "{variant}"),
+        lowered=paths.lowering_record("{target}", "{case}", "{variant}", "{point}"),
     output:
         paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
     params:
-        case_dir=config["case_dir"],
+        config=job_config("variant", "point"),
     log:
         paths.log("verify", "{target}", "{case}", "{variant}", "{point}"),
     resources:
@@ -26,7 +26,7 @@ rule check_power:
     output:
         paths.check_power_record("{target}", "{case}", "{point}"),
     params:
-        case_dir=config["case_dir"],
+        config=job_config("point"),
     log:
         paths.log("check_power", "{target}", "{case}", "{point}"),
     script:

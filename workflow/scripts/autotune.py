@@ -5,6 +5,6 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     w = snakemake.wildcards
-    autotune.run(snakemake.params.case_dir, w.case, w.variant, w.point, w.target,
+    autotune.run(snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
                  snakemake.params.measurement, snakemake.output.record,
                  snakemake.output.samples)

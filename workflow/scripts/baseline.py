@@ -6,6 +6,6 @@ from casebook.errors import reported
 with reported(snakemake.log[0]):
     w = snakemake.wildcards
     timing.time_baseline(
-        snakemake.params.case_dir, w.case, w.baseline, w.point, w.target,
+        snakemake.config["case_dir"], w.case, w.baseline, w.point, w.target,
         snakemake.params.measurement, snakemake.output.record, snakemake.output.samples,
     )

@@ -1,8 +1,9 @@
-"""Snakemake script: stage 3, build one variant of a case at every point."""
+"""Snakemake script: stage 3, one variant's build record from its points' records."""
 
 from casebook import build
 from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     w = snakemake.wildcards
-    build.run(snakemake.params.case_dir, w.case, w.variant, w.target, snakemake.output[0])
+    build.gather(snakemake.config["case_dir"], w.case, w.variant, w.target,
+                 list(snakemake.input), snakemake.output[0])

@@ -5,4 +5,4 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     w = snakemake.wildcards
-    check_power.run(snakemake.params.case_dir, w.case, w.point, w.target, snakemake.output[0])
+    check_power.run(snakemake.config["case_dir"], w.case, w.point, w.target, snakemake.output[0])

@@ -4,5 +4,5 @@ from casebook import figures
 from casebook.errors import reported
 
 with reported(snakemake.log[0]):
-    figures.run(snakemake.params.case_dir, snakemake.wildcards.case,
+    figures.run(snakemake.config["case_dir"], snakemake.wildcards.case,
                 snakemake.wildcards.shown_target, snakemake.params.measured)

@@ -1,8 +1,16 @@
-"""Snakemake script: stage 8, the index page and static assets."""
+"""Snakemake script: stage 8, the index page, rendered as a part of the site."""
 
 from casebook import site
 from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     p = snakemake.params
-    site.index(p.case_dir, p.cases, {c: p.targets for c in p.cases}, p.measured, p.title)
+    site.index(
+        snakemake.config["case_dir"],
+        p.cases,
+        {c: p.targets for c in p.cases},
+        p.measured,
+        p.title,
+        snakemake.output[0],
+        dict(zip(p.cases, snakemake.input.statuses, strict=True)),
+    )

@@ -1,8 +1,16 @@
-"""Snakemake script: stage 8, the methods page."""
+"""Snakemake script: stage 8, the methods page, rendered as a part of the site."""
 
 from casebook import site
 from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     p = snakemake.params
-    site.methods_page(p.case_dir, p.cases, p.targets, p.measured, p.title, p.protocol)
+    site.methods_page(
+        snakemake.config["case_dir"],
+        p.cases,
+        p.targets,
+        p.measured,
+        p.title,
+        p.protocol,
+        snakemake.output[0],
+    )

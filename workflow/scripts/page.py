@@ -1,8 +1,16 @@
-"""Snakemake script: stage 8, one case's page."""
+"""Snakemake script: stage 8, one case's page, rendered as a part of the site."""
 
 from casebook import site
 from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     p = snakemake.params
-    site.case_page(p.case_dir, snakemake.wildcards.case, p.targets, p.measured, p.title)
+    site.case_page(
+        snakemake.config["case_dir"],
+        snakemake.wildcards.case,
+        p.targets,
+        p.measured,
+        p.title,
+        snakemake.output.part,
+        snakemake.output.status,
+    )

@@ -1,7 +1,7 @@
-"""Snakemake script: stage 8, the style sheet and script beside the pages."""
+"""Snakemake script: stage 8, the style sheet and script, as a part of the site."""
 
 from casebook import site
 from casebook.errors import reported
 
 with reported(snakemake.log[0]):
-    site.static_assets()
+    site.static_assets(snakemake.output[0])

@@ -6,7 +6,7 @@ from casebook.errors import reported
 with reported(snakemake.log[0]):
     w = snakemake.wildcards
     timing.time_kernel(
-        snakemake.params.case_dir, w.case, w.variant, w.point, w.target,
+        snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
         snakemake.params.measurement, snakemake.input.verify,
         snakemake.output.record, snakemake.output.samples,
     )

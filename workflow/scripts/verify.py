@@ -5,4 +5,6 @@ from casebook.errors import reported
 
 with reported(snakemake.log[0]):
     w = snakemake.wildcards
-    verify.run(snakemake.params.case_dir, w.case, w.variant, w.point, w.target, snakemake.output[0])
+    verify.run(
+        snakemake.config["case_dir"], w.case, w.variant, w.point, w.target, snakemake.output[0]
+    )

@@ -183,12 +183,11 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
         wall = time.perf_counter() - start
         median = float(np.median([t.seconds for t in timings]))
         args, _ = state.before_sample(0)
-        fresh = [prepare_set(-1) for _ in range(guards.PROBES)]
         checks = {
             "early_return": guards.early_return(runnable, args, median),
             "unseen_stream": guards.unseen_work(runnable, args, timings, median),
-            "reused_result": guards.reused_result(runnable, fresh, _first_call(clock, runnable),
-                                                  median),
+            "reused_result": guards.reused_result(runnable, args, lambda: prepare_set(-1),
+                                                  _first_call(clock, runnable), median),
         }
     finally:
         state.close()
@@ -203,7 +202,8 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
 
 
 def _first_call(clock, runnable: Runnable):
-    """Times the very first call on a set of arguments, with the measuring clock."""
+    """Times one call on a set of arguments (its first, or a repeat), with the measuring
+    clock."""
     def time_call(args: tuple[Any, ...]) -> tuple[Any, float]:
         out, timing = clock.time(lambda: runnable.call(*args), runnable.sync)
         return out, timing.seconds

@@ -1,0 +1,143 @@
+"""The reuse guard: a stall on a loaded host does not accuse honest code; a result reused
+across samples is still refused. Timed through a fake clock (a call costs what work it
+did, plus the stalls a test schedules), so nothing here depends on this host's load."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from casebook.measure import engine, guards
+from kernels.runnable import Runnable
+
+pytestmark = pytest.mark.timeout(120)
+WORK_S = 1e-3  # what the samples measured: one unit of work
+STALL_S = 20e-3  # a preemption on a loaded host: many times the call
+OVERHEAD_S = 1e-6  # a call that does no work: a lookup
+
+
+class Clock:
+    """A fake measuring clock: a call takes WORK_S per unit of work it did, plus STALL_S
+    if its number (1, 2, ... in the guard's order) is in ``stalls``."""
+
+    def __init__(self, stalls=()):
+        self.work, self.calls, self.stalls = 0, 0, set(stalls)
+
+    def time_call(self, runnable: Runnable):
+        def time_call(args):
+            before = self.work
+            out = runnable.call(*args)
+            self.calls += 1
+            stall = STALL_S if self.calls in self.stalls else 0.0
+            return out, (self.work - before) * WORK_S + OVERHEAD_S + stall
+        return time_call
+
+
+# The guard's calls: 1-3 the first calls on PROBES fresh sets; re-check k (from 1) calls
+# the sampled set (4k), its fresh set for the first time (4k + 1), the sampled set twice.
+FIRST_PASS = range(1, guards.PROBES + 1)
+RECHECK_FIRSTS = [4 * k + 1 for k in range(1, guards.RECHECKS + 1)]
+
+
+def runnable(call) -> Runnable:
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=np.asarray, execution={})
+
+
+def honest(clock: Clock) -> Runnable:
+    def call(x):
+        clock.work += 1
+        return x * 2
+    return runnable(call)
+
+
+def cached_by_identity(clock: Clock, uses_before_caching: int = 1) -> Runnable:
+    """Works on a set of inputs until it has seen it ``uses_before_caching`` times, then
+    returns the saved result."""
+    seen, saved = {}, {}
+
+    def call(x):
+        seen[id(x)] = seen.get(id(x), 0) + 1
+        if id(x) not in saved:
+            clock.work += 1
+            result = x * 2
+            if seen[id(x)] >= uses_before_caching:
+                saved[id(x)] = result
+            return result
+        return saved[id(x)]
+    return runnable(call)
+
+
+def check(make, stalls=(), calls_before: int = 0) -> dict:
+    """The reuse guard on ``make``'s runnable: the sampled set is called
+    ``calls_before`` times first (the samples), every set has fresh random inputs."""
+    rng = np.random.default_rng()
+    clock = Clock(stalls)
+    r = make(clock)
+    sampled = (rng.standard_normal(64),)
+    for _ in range(calls_before):
+        r.call(*sampled)
+    median = WORK_S if make is honest else OVERHEAD_S  # what the samples measured
+    return guards.reused_result(r, sampled, lambda: (rng.standard_normal(64),),
+                                clock.time_call(r), median)
+
+
+def test_honest_work_passes_without_a_recheck():
+    assert check(honest)["rechecks"] == 0
+
+
+def test_a_stall_on_every_first_call_is_cleared_by_a_recheck():
+    assert check(honest, stalls=FIRST_PASS)["rechecks"] == 1
+
+
+def test_stalls_are_cleared_by_the_last_recheck():
+    result = check(honest, stalls=[*FIRST_PASS, *RECHECK_FIRSTS[:-1]])
+    assert result["rechecks"] == guards.RECHECKS and "a stall" in result["detail"]
+
+
+def test_a_host_loaded_through_the_whole_guard_is_not_accused():
+    """Samples taken on a quiet host, every guard call 21× slower: the incident."""
+    assert check(honest, stalls=range(1, 100))["rechecks"] == 1
+
+
+def test_a_stall_on_every_recheck_is_refused():
+    """The limit: a stall on the first call of every re-check looks like a reuse (it
+    comes with probability p^RECHECKS; benchmarks/reuse_guard_load.py measures p)."""
+    with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS} re-checks"):
+        check(honest, stalls=[*FIRST_PASS, *RECHECK_FIRSTS])
+
+
+@pytest.mark.parametrize("stalls", [(), [4 * k for k in range(1, guards.RECHECKS + 1)]],
+                         ids=["quiet", "a stalled reference call in every re-check"])
+def test_a_result_cached_by_identity_is_refused(stalls):
+    with pytest.raises(guards.TimerFooled, match="reused across samples: first calls"):
+        check(lambda clock: cached_by_identity(clock), stalls=stalls, calls_before=1)
+
+
+def test_a_cache_that_waits_for_repeats_is_refused():
+    """Caching only from a set's fourth call: the re-checks' calls on the sampled set,
+    not repeats on the fresh set, are what a first call is compared with."""
+    with pytest.raises(guards.TimerFooled, match="reused across samples: first calls"):
+        check(lambda clock: cached_by_identity(clock, uses_before_caching=4),
+              calls_before=10)
+
+
+def test_a_transient_stall_at_the_guard_does_not_fail_a_measurement():
+    """An honest runnable whose first calls on the first PROBES fresh input sets after
+    sampling stall (a load spike as the guard begins) is measured, with a re-check."""
+    seen: list[int] = []
+
+    def call(x):
+        if id(x) not in seen:
+            seen.append(id(x))  # the sampled set first, then the guard's fresh sets
+            if 2 <= len(seen) <= 1 + guards.PROBES:
+                time.sleep(STALL_S)
+        time.sleep(WORK_S)
+        return x * 2
+
+    settings = engine.Settings(warmup_calls=2, criterion="fixed_count", count=15)
+    m = engine.measure(engine.Workload(runnable(call), lambda rng: {
+        "x": rng.standard_normal(64)}), settings, "hot", 1, engine.Devices(None, "test"))
+    assert m.guards["reused_result"]["rechecks"] >= 1

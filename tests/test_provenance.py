@@ -1,0 +1,100 @@
+"""What a record depends on: the kernel files its case imports and its own config slice;
+and a job never outlives the run that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from casebook import config, paths, provenance
+
+CASES = ("grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention")
+
+
+def _shared(case: str) -> set[str]:
+    return {p.name for p in provenance.kernel_sources(case) if p.parent == paths.KERNELS_DIR}
+
+
+def test_a_case_depends_on_the_shared_modules_it_imports_and_no_other():
+    assert _shared("grouped_gemm_fp8_bf16") == {"__init__.py", "mutants.py", "runnable.py"}
+    for case in ("moe_nvfp4", "splash_attention"):
+        assert {"mgpu_interpret.py", "mgpu_lowering.py", "mutants.py"} <= _shared(case)
+    for case in CASES:
+        own = {p for p in paths.kernel_dir(case).rglob("*.py") if "__pycache__" not in p.parts}
+        found = set(provenance.kernel_sources(case))
+        assert own <= found
+        assert not any(p.is_relative_to(paths.kernel_dir(other))
+                       for p in found for other in CASES if other != case)
+
+
+def test_relative_and_package_imports_are_followed(tmp_path, monkeypatch):
+    kernels = tmp_path / "kernels"
+    (kernels / "one").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "used.py": "from . import deep\n",
+                       "deep.py": "", "unused.py": "",
+                       "one/__init__.py": "from .. import used\nfrom .part import x\n",
+                       "one/part.py": "x = 1\n"}.items():
+        (kernels / name).write_text(text)
+    monkeypatch.setattr(paths, "SOURCE_ROOT", tmp_path)
+    monkeypatch.setattr(paths, "KERNELS_DIR", kernels)
+    provenance.kernel_sources.cache_clear()
+    try:
+        found = {p.relative_to(kernels).as_posix() for p in provenance.kernel_sources("one")}
+    finally:
+        provenance.kernel_sources.cache_clear()
+    assert found == {"__init__.py", "used.py", "deep.py", "one/__init__.py", "one/part.py"}
+
+
+def test_a_job_hash_changes_with_its_own_point_only():
+    spec = config.load_case("configs/cases", "splash_attention")
+    first, second = (p["name"] for p in spec["points"][:2])
+    variant = spec["variants"][0]["name"]
+    before = {p: provenance.job_sha256(spec, variant, p) for p in (first, second)}
+    build = provenance.job_sha256(spec, variant)
+    spec["points"][1]["params"]["seed_offset"] = 7
+    assert provenance.job_sha256(spec, variant, first) == before[first]
+    assert provenance.job_sha256(spec, variant, second) != before[second]
+    assert provenance.job_sha256(spec, variant) != build  # a build reads every point
+    spec["title"] = "another title"
+    assert provenance.job_sha256(spec, variant, first) == before[first]
+
+
+CHILD = """
+import sys, time
+from casebook import errors
+errors.end_with_parent()
+print("ready", flush=True)
+time.sleep(120)
+"""
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=sys.stdout)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_job_ends_when_its_run_is_killed():
+    env = {**os.environ, "PYTHONPATH": f"{paths.SOURCE_ROOT / 'workflow'}"}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert parent.stdout.readline().strip() == "ready"
+    os.kill(child, 0)  # alive while its parent is
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the job outlived its run by 10 s")

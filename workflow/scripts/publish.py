@@ -1,0 +1,7 @@
+"""Snakemake script: stage 8, the rendered parts put in place of the site, whole."""
+
+from casebook import site
+from casebook.errors import reported
+
+with reported(snakemake.log[0]):
+    site.publish_site(list(snakemake.input), snakemake.output[0])
