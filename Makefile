@@ -44,13 +44,14 @@ CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13
 TREE := $(CURDIR)/$(REHEARSAL)/tree
 IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
 	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)/workflow:$(TREE)
-# Each case's interpret-mode and lowering tests under jax 0.11.2 (about 4.5 min on 2 cores).
+# Each case's interpret-mode and lowering tests under jax 0.11.2 (about 5 min on 2 cores).
 REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
 	tests/test_capture.py tests/test_measure_engine.py tests/test_grouped_gemm_aot.py \
 	tests/test_grouped_gemm_numerics.py tests/test_mgpu_forward.py tests/test_mgpu_backward.py \
 	tests/test_splash_case.py tests/test_moe_nvfp4_gemm.py tests/test_moe_nvfp4_quantize.py \
 	tests/test_moe_nvfp4_fused.py tests/test_moe_nvfp4_entries.py tests/test_check_power.py \
-	tests/test_splash_near_misses.py tests/test_moe_nvfp4_subnormals.py
+	tests/test_splash_near_misses.py tests/test_moe_nvfp4_subnormals.py \
+	tests/test_case_outputs.py tests/test_provenance.py
 
 .PHONY: all run env test lint bench lock clean chromium gpu-host rehearse
 all: run
@@ -114,7 +115,7 @@ rehearse: gpu-host
 	cp -r $(BUNDLE) $(REHEARSAL)/tree/build/
 	cd $(REHEARSAL)/tree && CASEBOOK_PYTHON=$(HOST_BIN)/python bash benchmarks/gpu_host.sh \
 		$(CURDIR)/$(REHEARSAL)/out --dry-run --target h200
-	$(IN_HOST) timeout 360 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
+	$(IN_HOST) timeout 420 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
 		$(REHEARSED_TESTS)
 	$(IN_HOST) $(HOST_BIN)/python -m snakemake -n --quiet rules --cores all \
 		--config target=h200

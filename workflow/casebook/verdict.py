@@ -2,9 +2,9 @@
 failed verification and every measurement a guard refused, and either makes the run
 exit non-zero (config ``fail_on_failures``), so make, CI and a cluster job see what the
 pages show; a case page that failed to render (its inputs did not read back) is named
-too, and always fails the run. A refusal fails the run as a failed verification does: the reuse guard
-re-checks before it refuses, and benchmarks/reuse_guard_load.py measures how rarely the
-guards accuse honest code on a loaded host.
+too, and always fails the run. A refusal fails the run as a failed verification does:
+the reuse guard re-checks before it refuses, and benchmarks/reuse_guard_load.py measures
+how rarely the guards accuse honest code on a loaded host.
 
 ``python -m casebook.verdict`` gives the same verdict on the records as they stand (what
 ``make`` runs after Snakemake, which says nothing when it had nothing to do).
