@@ -131,4 +131,5 @@ lock: env
 		--python-platform x86_64-manylinux_2_28 -o env/rehearsal.lock
 
 clean:
-	rm -rf results/cpu results/figures site/public logs .snakemake test-artifacts
+	rm -rf results/cpu results/figures site/public site/public.new site/public.old build/site \
+		logs .snakemake test-artifacts
