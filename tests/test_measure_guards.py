@@ -4,6 +4,7 @@ did, plus the stalls a test schedules), so nothing here depends on this host's l
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -141,3 +142,42 @@ def test_a_transient_stall_at_the_guard_does_not_fail_a_measurement():
     m = engine.measure(engine.Workload(runnable(call), lambda rng: {
         "x": rng.standard_normal(64)}), settings, "hot", 1, engine.Devices(None, "test"))
     assert m.guards["reused_result"]["rechecks"] >= 1
+
+
+LAG_S = 3e-3  # far above the early-return guard's margins at a 1 ms median
+
+
+def test_an_early_return_lag_that_does_not_repeat_is_a_stall_not_a_cheat(rng):
+    """Two of the first probe set's immediate fetches stall (calls 1 and 3 of fetch):
+    the first probe lags, its repeat does not, and the honest runnable passes."""
+    fetches = []
+
+    def fetch(out):
+        fetches.append(None)
+        if len(fetches) in (1, 3):
+            time.sleep(LAG_S)
+        return np.asarray(out)
+
+    stalled = Runnable(prepare=lambda d: (d["x"],), call=lambda x: x * 2,
+                       sync=lambda out: None, fetch=fetch, execution={})
+    found = guards.early_return(stalled, (rng.standard_normal(8),), WORK_S)
+    assert found["passed"] and "(2 probe(s))" in found["detail"]
+
+
+def test_an_early_return_that_lags_on_every_probe_is_refused(rng):
+    """The call leaves its work pending on a thread; every probe's immediate fetch waits
+    for it, so every repeat lags and the guard refuses."""
+
+    def call(x):
+        worker = threading.Thread(target=time.sleep, args=(LAG_S,))
+        worker.start()
+        return worker, x * 2
+
+    def fetch(out):
+        out[0].join()
+        return out[1]
+
+    cheat = Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                     fetch=fetch, execution={})
+    with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS + 1} probes"):
+        guards.early_return(cheat, (rng.standard_normal(8),), WORK_S)
