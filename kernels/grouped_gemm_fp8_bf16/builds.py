@@ -37,7 +37,9 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         return {"artifacts": [_artifact(
             "CuTe DSL kernel compiled ahead of time (fake tensors, --keep-cubin) and exported "
             "with its host launcher as a shared library"
-            + (" (carried: compiled where CuTe DSL is installed)" if facts["carried"] else ""),
+            + (" (carried: compiled where CuTe DSL is installed)" if facts["carried"] else "")
+            + (" (reused: compiled once for every point of its mode, from these very sources)"
+               if facts.get("reused") else ""),
             facts["compile_seconds"], {**facts, "tiles": tiles})]}
     built = reference.build(build_dir)
     if not built["built"]:

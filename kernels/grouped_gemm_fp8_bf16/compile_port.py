@@ -16,6 +16,7 @@ compiled from these very sources.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import importlib.metadata
@@ -110,24 +111,45 @@ def _carried(out_dir: Path) -> dict:
     return {**facts, "carried": True}
 
 
+def _compiled_here(out_dir: Path) -> dict | None:
+    """The export an earlier build on this host left in ``out_dir``, if it was compiled
+    from these very sources by the CuTe DSL installed now; else None."""
+    made = out_dir / "port.json"
+    facts = json.loads(made.read_text()) if made.exists() else {}
+    version = f"nvidia-cutlass-dsl {importlib.metadata.version('nvidia-cutlass-dsl')}"
+    if (facts.get("sources_sha256") != sources_sha256() or facts.get("compiled_with") != version
+            or not all(Path(facts[f]).exists() for f in ("library", "cubin"))):
+        return None
+    return {**facts, "carried": False, "reused": True}
+
+
+def _compile(mode: str, out_dir: Path) -> dict:
+    for stale in [*out_dir.glob("*.cubin"), out_dir / "port.json"]:
+        stale.unlink(missing_ok=True)
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_DUMP_DIR": str(out_dir),
+           "CUTE_DSL_CACHE_DIR": str(out_dir / "cache"),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", __name__, mode, str(out_dir)], env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    if done.returncode:
+        raise RuntimeError(f"CuTe DSL compile for {mode} exited {done.returncode}: "
+                           f"{(done.stdout + done.stderr).strip()[-3000:]}")
+    return {**json.loads((out_dir / "port.json").read_text()), "carried": False,
+            "reused": False}
+
+
 @functools.cache
 def build(mode: str, build_dir: str) -> dict:
     """Compile and export the port for ``mode`` in a child process (or take the carried
-    export where CuTe DSL is not installed); its facts and the cubin's."""
+    export where CuTe DSL is not installed); its facts and the cubin's. Builds of several
+    points run at once: one compiles under a lock on the folder, the others then take its
+    export (``reused``), made from the same sources by the same DSL."""
     out_dir = Path(build_dir) / "cute_dsl" / mode
     if dsl_installed():
         out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in [*out_dir.glob("*.cubin"), out_dir / "port.json"]:
-            stale.unlink(missing_ok=True)
-        env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_DUMP_DIR": str(out_dir),
-               "CUTE_DSL_CACHE_DIR": str(out_dir / "cache"),
-               "PYTHONPATH": os.pathsep.join(sys.path)}
-        done = subprocess.run([sys.executable, "-m", __name__, mode, str(out_dir)], env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
-        if done.returncode:
-            raise RuntimeError(f"CuTe DSL compile for {mode} exited {done.returncode}: "
-                               f"{(done.stdout + done.stderr).strip()[-3000:]}")
-        facts = {**json.loads((out_dir / "port.json").read_text()), "carried": False}
+        with open(out_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            facts = _compiled_here(out_dir) or _compile(mode, out_dir)
     else:
         facts = _carried(out_dir)
     cubin = Path(facts["cubin"])
