@@ -28,10 +28,13 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/site.smk"
 
 
+# The site, and every file a run keeps: one a killed job left deleted is made again.
 rule all:
     default_target: True
     input:
         paths.SITE,
+        SHARED_PARTS,
+        [f for case in CASES for f in case_products(case)],
 
 
 # The site is rendered; a failed verification or a refused measurement then fails the run

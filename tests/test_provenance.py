@@ -64,31 +64,41 @@ def test_a_job_hash_changes_with_its_own_point_only():
     assert provenance.job_sha256(spec, variant, first) == before[first]
 
 
+# A job: it starts its watch either before its run is killed or, still starting up
+# (importing), only after.
 CHILD = """
-import sys, time
+import os, sys, time
 from casebook import errors
-errors.end_with_parent()
+parent = os.getppid()
+if sys.argv[1] == "started":
+    errors.end_with_parent()
 print("ready", flush=True)
+while os.getppid() == parent:
+    time.sleep(0.05)
+errors.end_with_parent()
 time.sleep(120)
 """
-PARENT = """
-import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=sys.stdout)
+# A Snakemake run, as the workflow sets it up: its jobs inherit its pid.
+RUN = """
+import os, subprocess, sys, time
+os.environ["CASEBOOK_RUN_PID"] = str(os.getpid())
+child = subprocess.Popen([sys.executable, "-c", *sys.argv[1:]], stdout=sys.stdout)
 print(child.pid, flush=True)
 time.sleep(120)
 """
 
 
 @pytest.mark.timeout(60)
-def test_a_job_ends_when_its_run_is_killed():
+@pytest.mark.parametrize("when", ["started", "starting"])
+def test_a_job_ends_when_its_run_is_killed(when):
     env = {**os.environ, "PYTHONPATH": f"{paths.SOURCE_ROOT / 'workflow'}"}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD], env=env,
-                              stdout=subprocess.PIPE, text=True)
-    child = int(parent.stdout.readline())
-    assert parent.stdout.readline().strip() == "ready"
-    os.kill(child, 0)  # alive while its parent is
-    parent.kill()
-    parent.wait()
+    run = subprocess.Popen([sys.executable, "-c", RUN, CHILD, when], env=env,
+                           stdout=subprocess.PIPE, text=True)
+    child = int(run.stdout.readline())
+    assert run.stdout.readline().strip() == "ready"
+    os.kill(child, 0)  # alive while its run is
+    run.kill()
+    run.wait()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -97,4 +107,4 @@ def test_a_job_ends_when_its_run_is_killed():
             return
         time.sleep(0.2)
     os.kill(child, signal.SIGKILL)
-    pytest.fail("the job outlived its run by 10 s")
+    pytest.fail(f"the job ({when}) outlived its run by 10 s")

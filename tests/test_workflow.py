@@ -237,8 +237,39 @@ def test_editing_one_point_reruns_that_points_jobs_only(project):
     assert {r for r, _ in jobs} == {"figures", "page", "methods", "index", "site", "all"}
 
 
+@contextlib.contextmanager
+def moved_away(path: Path):
+    """``path`` is gone inside the block; afterwards it is back, time stamps included."""
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    try:
+        yield
+    finally:
+        aside.rename(path)
+
+
+@pytest.mark.parametrize(("kept", "rule"), [
+    ("results/cpu/noise_floor.json", "noise_floor"),
+    ("results/cpu/splash_attention/build/mgpu/mha_causal_f16.json", "lower"),
+    ("results/cpu/splash_attention/check_power/mha_causal_f16.json", "check_power"),
+    ("results/cpu/moe_nvfp4/time/moe_fused/e2_m128_h256_i256.samples.csv", "time"),
+    ("results/figures/splash_attention/cpu/figures.json", "figures"),
+    ("build/site/pages/moe_nvfp4.json", "page"),
+])
+def test_a_missing_file_the_run_keeps_is_made_again(project, kept, rule):
+    """Every file a run keeps is a target: one gone (a killed job's output is deleted)
+    is made again although everything after it is current."""
+    assert dry_run_jobs(project) == []
+    with moved_away(project / kept):
+        jobs = dry_run_jobs(project)
+    assert rule in {r for r, _ in jobs}
+
+
 @pytest.mark.timeout(600)
-def test_a_killed_run_stops_its_jobs_and_leaves_a_lock_that_names_unlock(project):
+def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
+    """Killed as its only job starts: the job ends without writing, the next run names
+    --unlock, and README's one command remakes the record (deleted by the killed run, its
+    downstream current) and everything after it."""
     record = "results/cpu/splash_attention/check_power/mha_causal_f16.json"
     run = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
@@ -246,20 +277,30 @@ def test_a_killed_run_stops_its_jobs_and_leaves_a_lock_that_names_unlock(project
         cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     jobs = []
     while not jobs and run.poll() is None:
-        time.sleep(0.2)
+        time.sleep(0.05)
         jobs = [c for c in psutil.Process(run.pid).children()
                 if any("check_power" in part for part in c.cmdline())]
     assert jobs, "the job never started"
     run.kill()
     run.wait()
     try:
-        _, alive = psutil.wait_procs(jobs, timeout=10)
+        _, alive = psutil.wait_procs(jobs, timeout=15)
         assert not alive, "a job outlived its killed run"
+        assert not (project / record).exists(), "the killed run's job wrote its record"
         locked = snakemake(project)  # the killed run's lock stays
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
+        # README, "Bad input and recovery": the one command that resumes.
+        resumed = subprocess.run(
+            ["sh", "-c", f"{sys.executable} -m snakemake --unlock --configfile ../tiny.yaml "
+             f"&& {sys.executable} -m snakemake --cores 2 --rerun-incomplete "
+             f"--configfile ../tiny.yaml"], cwd=project, capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert json.loads((project / record).read_text())["kind"] == "check_power"
+        assert re.search(r"^localrule site:", resumed.stdout + resumed.stderr, re.M)
+        assert dry_run_jobs(project) == []
     finally:  # the later tests of this project need it whole, whatever happened here
         snakemake(project, "--unlock")
-        restored = snakemake(project, "--forcerun", record)
+        restored = snakemake(project)
         assert restored.returncode == 0, restored.stderr[-3000:]
 
 

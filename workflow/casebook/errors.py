@@ -11,8 +11,12 @@ import time
 import traceback
 from collections.abc import Iterator
 
+import psutil
+
 # How often a job looks for its Snakemake process: a killed run's jobs end within this.
 PARENT_POLL_S = 1.0
+# The Snakemake process whose jobs these are; its jobs inherit it (rules/common.smk).
+RUN_PID = "CASEBOOK_RUN_PID"
 
 
 def shown(path: object) -> str:
@@ -38,17 +42,35 @@ class CasebookError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-def _end_with(parent: int) -> None:
-    while os.getppid() == parent:
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped has)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def run_gone() -> bool:
+    """Whether the Snakemake run whose job this is (``RUN_PID``) has ended."""
+    run = os.environ.get(RUN_PID)
+    return run is not None and _gone(int(run))
+
+
+def _end_with(run: int, parent: int) -> None:
+    while not _gone(run) and os.getppid() == parent:
         time.sleep(PARENT_POLL_S)
     os.kill(os.getpid(), signal.SIGTERM)  # records are written whole or not at all
 
 
 def end_with_parent() -> None:
-    """End this process when the one that started it (the Snakemake run) is gone: a
-    killed run leaves no job writing records after it."""
-    threading.Thread(target=_end_with, args=(os.getppid(),), daemon=True,
-                     name="end-with-parent").start()
+    """End this process when the Snakemake run that started it is gone: a killed run
+    leaves no job writing records after it. The run is the process named in ``RUN_PID``
+    (set by the workflow, so a run killed while its job was still starting up counts),
+    else this process's parent."""
+    parent = os.getppid()
+    run = int(os.environ.get(RUN_PID, parent))
+    threading.Thread(target=_end_with, args=(run, parent), daemon=True,
+                     name="end-with-run").start()
 
 
 @contextlib.contextmanager

@@ -139,6 +139,24 @@ def case_records(spec: dict, target: str) -> list[str]:
     return out
 
 
+def lowering_records(spec: dict, target: str, variant: str) -> list[str]:
+    """The lowerings a variant's build record gathers: one per point, build-only ones too."""
+    return [lowering_record(target, spec["name"], variant, p["name"])
+            for p in [*spec["points"], *spec["build_only_points"]]]
+
+
+def case_products(spec: dict, target: str) -> list[str]:
+    """Every file ``target``'s jobs keep for the case: its records, the lowerings they
+    gather and the samples behind its times and baselines."""
+    case, points = spec["name"], [p["name"] for p in spec["points"]]
+    variants = [v["name"] for v in spec["variants"]]
+    baselines = [b["name"] for b in spec["baselines"]]
+    measured = [time_record(target, case, v, p) for v in variants for p in points]
+    measured += [baseline_record(target, case, b, p) for b in baselines for p in points]
+    return [*case_records(spec, target), *map(samples_table, measured),
+            *(f for v in variants for f in lowering_records(spec, target, v))]
+
+
 def tile_choice_record(target: str, case: str, variant: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/tiles/{variant}/{point}.json"
 

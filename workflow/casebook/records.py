@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from casebook import paths, provenance
+from casebook import errors, paths, provenance
 from casebook.errors import CasebookError
 
 SCHEMA_VERSION = 1
@@ -58,13 +58,16 @@ def check(path: object, kind: str, data: Any) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, then rename: never half-written."""
+    """Write to a temporary file beside ``path``, then rename: never half-written, and
+    never by a job whose Snakemake run is gone (killed: its outputs are incomplete)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
+        if errors.run_gone():
+            raise SystemExit(f"casebook: not writing {path}: this job's Snakemake run is gone")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

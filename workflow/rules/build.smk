@@ -21,10 +21,7 @@ rule lower:
 
 rule build:
     input:
-        lambda w: [
-            paths.lowering_record(w.target, w.case, w.variant, p["name"])
-            for p in [*CASES[w.case]["points"], *CASES[w.case]["build_only_points"]]
-        ],
+        lambda w: paths.lowering_records(CASES[w.case], w.target, w.variant),
     output:
         paths.build_record("{target}", "{case}", "{variant}"),
     log:

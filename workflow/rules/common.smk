@@ -13,7 +13,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from snakemake.utils import validate
 
 from casebook import config as case_config, hostcapture, paths, provenance, verdict
-from casebook.errors import CasebookError
+from casebook.errors import RUN_PID, CasebookError
+
+# Each job ends when this process does, even one killed while its job was starting up.
+os.environ[RUN_PID] = str(os.getpid())
 
 try:
     # Every config error before any job: one line naming the one file (or --config) that
@@ -104,6 +107,15 @@ def measure_threads(wildcards):
 def case_records(case, target):
     """Every record ``target`` produces for ``case``."""
     return paths.case_records(CASES[case], target)
+
+
+def case_products(case):
+    """What a run keeps for ``case``: each measured target's records, lowerings and samples,
+    each target's figure manifest, its staged page. Named as targets: Snakemake remakes a missing file only
+    when a job after it must run, and a killed job's outputs are deleted, so without this
+    the resume of a run killed in its only job would find nothing to do."""
+    return [*(f for t in MEASURED for f in paths.case_products(CASES[case], t)),
+            *case_manifests(case), paths.page_part(case), paths.page_status(case)]
 
 
 def case_manifests(case):

@@ -5,6 +5,9 @@
 # restores it), and a page whose inputs do not read back is rendered as failed.
 
 
+SHARED_PARTS = [paths.site_part(part) for part in ("index", "methods", "static")]
+
+
 def figure_files(wildcards):
     """Each target's figure manifest, and the figures and sidecars it lists once the
     figures checkpoint has made it: a hand-edited sidecar reruns the page. What a corrupt
@@ -94,7 +97,7 @@ rule index:
 rule site:
     input:
         [paths.page_part(case) for case in CASES],
-        [paths.site_part(part) for part in ("index", "methods", "static")],
+        SHARED_PARTS,
     output:
         update(directory(paths.SITE)),
     log:
@@ -110,3 +113,5 @@ for _case in CASES:
             _case
         input:
             paths.SITE,
+            SHARED_PARTS,
+            case_products(_case),
