@@ -3,15 +3,17 @@ and a job never outlives the run that started it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
-from casebook import config, paths, provenance
+from casebook import config, errors, jobprofile, paths, provenance
 
 CASES = ("grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention")
 
@@ -108,3 +110,17 @@ def test_a_job_ends_when_its_run_is_killed(when):
         time.sleep(0.2)
     os.kill(child, signal.SIGKILL)
     pytest.fail(f"the job ({when}) outlived its run by 10 s")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_jobs_log_ends_with_its_profile(tmp_path, fails):
+    job = types.SimpleNamespace(log=[str(tmp_path / "job.log")], rule="verify")
+    with contextlib.suppress(SystemExit), errors.reported(job):
+        sum(range(10**6))
+        if fails:
+            raise errors.CasebookError("x.json", "key", "bad")
+    profile = jobprofile.read(tmp_path / "job.log")
+    assert profile["rule"] == "verify"
+    assert profile["startup_s"] > 0 and profile["work_s"] > 0
+    assert profile["cpu_s"] > 0 and profile["max_rss_mib"] > 10
+    assert ("casebook: error: x.json: key: bad" in (tmp_path / "job.log").read_text()) == fails

@@ -10,8 +10,11 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
+
+from casebook import jobprofile
 
 # How often a job looks for its Snakemake process: a killed run's jobs end within this.
 PARENT_POLL_S = 1.0
@@ -74,11 +77,13 @@ def end_with_parent() -> None:
 
 
 @contextlib.contextmanager
-def reported(log_path: str) -> Iterator[None]:
-    """Send stderr to the log; a CasebookError becomes one line on both, exit status 1.
-    The job ends with its Snakemake process (``end_with_parent``)."""
+def reported(job: Any) -> Iterator[None]:
+    """Run a Snakemake script's work (``job``: its ``snakemake`` object) with stderr in the
+    job's log; a CasebookError becomes one line on both, exit status 1. The log ends with
+    the job's profile (``jobprofile``). The job ends with its run (``end_with_parent``)."""
     end_with_parent()
-    with open(log_path, "w") as log, contextlib.redirect_stderr(log):
+    entered = time.time()
+    with open(job.log[0], "w") as log, contextlib.redirect_stderr(log):
         try:
             yield
         except CasebookError as error:
@@ -89,3 +94,5 @@ def reported(log_path: str) -> Iterator[None]:
         except Exception:
             traceback.print_exc()  # into the log; the exception still ends the job
             raise
+        finally:
+            log.write(jobprofile.line(job.rule, entered))

@@ -3,7 +3,7 @@
 from casebook import autotune
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     w = snakemake.wildcards
     autotune.run(snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
                  snakemake.params.measurement, snakemake.output.record,

@@ -3,7 +3,7 @@
 from casebook import build
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     w = snakemake.wildcards
     build.gather(snakemake.config["case_dir"], w.case, w.variant, w.target,
                  list(snakemake.input), snakemake.output[0])

@@ -3,5 +3,5 @@
 from casebook import envcapture
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     envcapture.run(snakemake.params.lock_platform, snakemake.wildcards.target, snakemake.output[0])

@@ -3,5 +3,5 @@
 from casebook import hostcapture
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     hostcapture.run(snakemake.wildcards.target, snakemake.output[0])

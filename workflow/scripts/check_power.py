@@ -3,6 +3,6 @@
 from casebook import check_power
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     w = snakemake.wildcards
     check_power.run(snakemake.config["case_dir"], w.case, w.point, w.target, snakemake.output[0])

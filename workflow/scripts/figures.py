@@ -3,6 +3,6 @@
 from casebook import figures
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     figures.run(snakemake.config["case_dir"], snakemake.wildcards.case,
                 snakemake.wildcards.shown_target, snakemake.params.measured)

@@ -3,7 +3,7 @@
 from casebook import site
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     p = snakemake.params
     site.index(
         snakemake.config["case_dir"],

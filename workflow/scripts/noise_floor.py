@@ -3,6 +3,6 @@
 from casebook import timing
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     timing.noise_floor(snakemake.wildcards.target, snakemake.params.measurement,
                        snakemake.output[0])

@@ -3,5 +3,5 @@
 from casebook import site
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     site.publish_site(list(snakemake.input), snakemake.output[0])

@@ -3,5 +3,5 @@
 from casebook import site
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     site.static_assets(snakemake.output[0])

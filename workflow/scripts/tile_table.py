@@ -3,6 +3,6 @@
 from casebook import tile_table
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     w = snakemake.wildcards
     tile_table.generate(w.target, w.case, list(snakemake.input), snakemake.output[0])

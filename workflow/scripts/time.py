@@ -3,7 +3,7 @@
 from casebook import timing
 from casebook.errors import reported
 
-with reported(snakemake.log[0]):
+with reported(snakemake):
     w = snakemake.wildcards
     timing.time_kernel(
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,

@@ -1,0 +1,111 @@
+"""The pipeline's own time: a cold run on a clean clone, profiled per rule.
+
+Clones the committed HEAD into a temporary folder and runs ``snakemake --cores N`` there
+with this interpreter (the environment exists; installing it is not counted), then reads
+each job's profile from the end of its log (``casebook.jobprofile``): per rule, the jobs,
+their wall and CPU time summed, the median and slowest job, and the median startup
+(interpreter, Snakemake's preamble, imports) before a job's work began. The Snakemake
+process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed. The
+result goes to benchmarks/results/pipeline_time.json, the cases run named in it.
+
+    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.pipeline_time [--cores 2]
+        [--config cases=[splash_attention]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.workloads import write
+from casebook import jobprofile, paths, provenance
+
+
+def _snakemake(project: Path, cores: int, config: list[str]) -> tuple[float, float]:
+    """Wall seconds of one run, and the CPU seconds of it and every process it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    args = [sys.executable, "-m", "snakemake", "--cores", str(cores), "--quiet", "rules",
+            *(["--config", *config] if config else [])]
+    done = subprocess.run(args, cwd=project, capture_output=True, text=True)
+    wall = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"pipeline_time: the run failed ({done.returncode}):\n"
+                         f"{done.stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def by_rule(logs: Path) -> dict[str, dict[str, Any]]:
+    """Each rule's jobs, from the profiles their logs end with."""
+    jobs = defaultdict(list)
+    for log in sorted(logs.rglob("*.log")):
+        if (profile := jobprofile.read(log)) is not None:
+            jobs[profile["rule"]].append(profile)
+    out = {}
+    for rule, profiles in sorted(jobs.items(), key=lambda kv: -sum(p["cpu_s"] for p in kv[1])):
+        walls = [p["startup_s"] + p["work_s"] for p in profiles]
+        slowest = max(profiles, key=lambda p: p["startup_s"] + p["work_s"])
+        out[rule] = {
+            "jobs": len(profiles),
+            "wall_s": round(sum(walls), 1),
+            "cpu_s": round(sum(p["cpu_s"] for p in profiles), 1),
+            "startup_s": round(sum(p["startup_s"] for p in profiles), 1),
+            "median_wall_s": round(statistics.median(walls), 2),
+            "median_startup_s": round(statistics.median(p["startup_s"] for p in profiles), 2),
+            "max_wall_s": round(max(walls), 2),
+            "max_rss_mib": max(p["max_rss_mib"] for p in profiles),
+            "slowest_startup_s": slowest["startup_s"],
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--config", nargs="*", default=[],
+                        help="KEY=VALUE overrides passed to snakemake --config")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pipeline-time-") as scratch:
+        project = Path(scratch) / "clone"
+        subprocess.run(["git", "clone", "--quiet", str(paths.SOURCE_ROOT), str(project)],
+                       check=True)
+        cold_wall, cold_cpu = _snakemake(project, args.cores, args.config)
+        noop_wall, _ = _snakemake(project, args.cores, args.config)
+        rules = by_rule(project / paths.LOGS)
+    jobs_cpu = sum(r["cpu_s"] for r in rules.values())
+    result = {
+        "commit": provenance.commit(),
+        "cores": args.cores,
+        "cpu_count": os.cpu_count(),
+        "config": args.config,
+        "cold_run": {"wall_s": round(cold_wall, 1), "cpu_s": round(cold_cpu, 1),
+                     "jobs": sum(r["jobs"] for r in rules.values()),
+                     "jobs_cpu_s": round(jobs_cpu, 1),
+                     "startup_s": round(sum(r["startup_s"] for r in rules.values()), 1),
+                     "snakemake_cpu_s": round(cold_cpu - jobs_cpu, 1)},
+        "noop_rerun_wall_s": round(noop_wall, 2),
+        "by_rule": rules,
+    }
+    print(f"cold run: {cold_wall:.0f} s wall, {cold_cpu:.0f} CPU-s "
+          f"({result['cold_run']['jobs']} jobs; Snakemake itself "
+          f"{result['cold_run']['snakemake_cpu_s']:.0f} CPU-s); no-op rerun {noop_wall:.1f} s")
+    for rule, r in rules.items():
+        print(f"  {rule:12} {r['jobs']:4} jobs  {r['cpu_s']:8.1f} CPU-s  "
+              f"median {r['median_wall_s']:6.1f} s (startup {r['median_startup_s']:.1f} s)  "
+              f"max {r['max_wall_s']:6.1f} s")
+    print(write("pipeline_time", result))
+
+
+if __name__ == "__main__":
+    main()
