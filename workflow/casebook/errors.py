@@ -12,10 +12,6 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
-
-from casebook import jobprofile
-
 # How often a job looks for its Snakemake process: a killed run's jobs end within this.
 PARENT_POLL_S = 1.0
 # The Snakemake process whose jobs these are; its jobs inherit it (rules/common.smk).
@@ -47,6 +43,8 @@ class CasebookError(Exception):
 
 def _gone(pid: int) -> bool:
     """Whether process ``pid`` has ended (a zombie not yet reaped has)."""
+    import psutil  # not at the top: the GPU host's bundle installer imports this module
+
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -81,6 +79,8 @@ def reported(job: Any) -> Iterator[None]:
     """Run a Snakemake script's work (``job``: its ``snakemake`` object) with stderr in the
     job's log; a CasebookError becomes one line on both, exit status 1. The log ends with
     the job's profile (``jobprofile``). The job ends with its run (``end_with_parent``)."""
+    from casebook import jobprofile
+
     end_with_parent()
     entered = time.time()
     with open(job.log[0], "w") as log, contextlib.redirect_stderr(log):
