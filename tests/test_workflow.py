@@ -265,6 +265,18 @@ def test_a_missing_file_the_run_keeps_is_made_again(project, kept, rule):
     assert rule in {r for r, _ in jobs}
 
 
+def script_jobs(run: int, script: str) -> list[psutil.Process]:
+    """The jobs of Snakemake process ``run`` running its copy of ``script``: a child only
+    forked by the run still has the run's command line, which may name the script's
+    outputs too."""
+    jobs = []
+    for child in psutil.Process(run).children():
+        with contextlib.suppress(psutil.Error):  # a short-lived child may be gone
+            if any(part.endswith(f".{script}.py") for part in child.cmdline()):
+                jobs.append(child)
+    return jobs
+
+
 @pytest.mark.timeout(600)
 def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
     """Killed as its only job starts: the job ends without writing, the next run names
@@ -278,8 +290,7 @@ def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
     jobs = []
     while not jobs and run.poll() is None:
         time.sleep(0.05)
-        jobs = [c for c in psutil.Process(run.pid).children()
-                if any("check_power" in part for part in c.cmdline())]
+        jobs = script_jobs(run.pid, "check_power")
     assert jobs, "the job never started"
     run.kill()
     run.wait()
