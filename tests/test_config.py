@@ -8,8 +8,9 @@ import shutil
 import pytest
 import yaml
 
-from casebook import config, paths
+from casebook import config, paths, timing
 from casebook.errors import CasebookError
+from kernels.runnable import Runnable
 
 CASE = "splash_attention"
 CASES = ("splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16")
@@ -227,3 +228,20 @@ def test_global_config_defaults_are_filled():
 def test_shipped_global_config_is_valid():
     data = yaml.safe_load((paths.SOURCE_ROOT / "configs" / "config.yaml").read_text())
     config.validate("configs/config.yaml", data, paths.CONFIG_SCHEMA)
+
+
+def test_interpret_mode_kernels_get_the_short_protocol():
+    shipped = yaml.safe_load((paths.SOURCE_ROOT / "configs/config.yaml").read_text())
+    measurement = shipped["measurement"]
+
+    def runnable(interpret: bool) -> Runnable:
+        return Runnable(None, None, None, None, {"interpret": interpret})
+
+    short = timing.settings_for(runnable(True), measurement)
+    full = timing.settings_for(runnable(False), measurement)
+    assert full == timing.settings_of(measurement) and full.criterion == "median_precision"
+    assert (short.criterion, short.count, short.warmup_calls) == ("fixed_count", 5, 1)
+    assert (short.confidence, short.clock) == (full.confidence, full.clock)
+    with pytest.raises(CasebookError, match=r"measurement: count=2 must be at least 5"):
+        timing.settings_for(runnable(True), {**measurement, "interpret": {
+            "criterion": "fixed_count", "count": 2}})

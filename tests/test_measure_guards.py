@@ -181,3 +181,33 @@ def test_an_early_return_that_lags_on_every_probe_is_refused(rng):
                      fetch=fetch, execution={})
     with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS + 1} probes"):
         guards.early_return(cheat, (rng.standard_normal(8),), WORK_S)
+
+
+SLOW_S = 0.2  # a median past guards.SLOW_CALL_S: one probe decides
+
+
+@pytest.mark.parametrize("pending", [0.0, 0.1])
+def test_a_slow_call_takes_one_early_return_probe_and_a_cheat_is_still_refused(rng, pending):
+    """At a median of seconds-per-call scale one probe (two calls) decides: honest work
+    passes on it; work left pending (a cheat) lags on it and on every re-check."""
+    calls = []
+
+    def call(x):
+        calls.append(None)
+        worker = threading.Thread(target=time.sleep, args=(pending,))
+        worker.start()
+        return worker, x * 2
+
+    def fetch(out):
+        out[0].join()
+        return out[1]
+
+    runnable = Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                        fetch=fetch, execution={})
+    if not pending:
+        found = guards.early_return(runnable, (rng.standard_normal(8),), SLOW_S)
+        assert found["passed"] and "(1 probe(s))" in found["detail"] and len(calls) == 2
+        return
+    with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS + 1} probes"):
+        guards.early_return(runnable, (rng.standard_normal(8),), SLOW_S)
+    assert len(calls) == 2 * (guards.RECHECKS + 1)

@@ -136,6 +136,10 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
                (project / "results/cpu/splash_attention").glob("*/*/*.json")
                if p.parent.parent.name in ("time", "baseline")]
     measured = [r["measurement"] for r in records if r["timed"]]
+    # Interpret-mode kernels get the short protocol (measurement.interpret), XLA not.
+    assert {(r["execution"]["interpret"], r["measurement"]["stop_criterion"])
+            for r in records if r["timed"]} == {(True, "fixed_count"),
+                                                (False, "median_precision")}
     # Two kernels and two baselines at one point; upstream attention_mgpu (sm_90 only)
     # and cuDNN attention (NVIDIA GPUs only) are recorded as not run here, each with its
     # reason, on the page too.

@@ -30,10 +30,18 @@ def settings_of(measurement: dict[str, Any]) -> engine.Settings:
 REFUSED = "not measurable"  # how a record begins the reason when a guard refused
 
 
+def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Settings:
+    """The settings ``runnable`` is measured with: an interpret-mode kernel's replace some
+    (``measurement.interpret``)."""
+    if runnable.execution.get("interpret"):
+        measurement = {**measurement, **measurement.get("interpret", {})}
+    return settings_of(measurement)
+
+
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
              seed: int, samples_path: str) -> dict[str, Any]:
     """The engine's measurement and its samples table, or why none could be made."""
-    settings = settings_of(measurement)
+    settings = settings_for(runnable, measurement)
     try:
         result = engine.measure(engine.Workload(runnable, make_inputs), settings, cache_mode,
                                 seed, engine.Devices.find())

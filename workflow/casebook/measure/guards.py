@@ -53,6 +53,11 @@ RECHECKS = 5
 # and flush jitter) before the samples are said to miss work.
 UNSEEN_SHARE = 0.05
 PROBES = 3
+# From this median on, one early-return probe (two calls and a settling pause of twice
+# the median) decides as well as three: the margin, LAG_SHARE of the median (25 ms and
+# up), is far above any fetch jitter or stall, and a lag is re-checked all the same. An
+# interpret-mode kernel takes seconds a call, and three probes cost 12 medians.
+SLOW_CALL_S = 0.1
 
 
 class Unmeasurable(RuntimeError):
@@ -87,7 +92,7 @@ def _persistent_lag(probe: Callable[[], float], median: float) -> tuple[float, i
 def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> dict[str, Any]:
     def fetch_lag() -> float:
         immediate, settled = [], []
-        for _ in range(PROBES):
+        for _ in range(PROBES if median < SLOW_CALL_S else 1):
             out = runnable.call(*args)
             runnable.sync(out)
             _, fetch_now = _seconds(lambda out=out: runnable.fetch(out))
