@@ -164,12 +164,14 @@ def test_an_early_return_lag_that_does_not_repeat_is_a_stall_not_a_cheat(rng):
     assert found["passed"] and "(2 probe(s))" in found["detail"]
 
 
-def test_an_early_return_that_lags_on_every_probe_is_refused(rng):
-    """The call leaves its work pending on a thread; every probe's immediate fetch waits
-    for it, so every repeat lags and the guard refuses."""
+def leaving_pending(seconds: float, calls: list | None = None) -> Runnable:
+    """A call that leaves ``seconds`` of work pending on a thread, which its output's
+    fetch waits for (a cheat when ``seconds`` > 0); each call is appended to ``calls``."""
 
     def call(x):
-        worker = threading.Thread(target=time.sleep, args=(LAG_S,))
+        if calls is not None:
+            calls.append(None)
+        worker = threading.Thread(target=time.sleep, args=(seconds,))
         worker.start()
         return worker, x * 2
 
@@ -177,8 +179,14 @@ def test_an_early_return_that_lags_on_every_probe_is_refused(rng):
         out[0].join()
         return out[1]
 
-    cheat = Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
-                     fetch=fetch, execution={})
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=fetch, execution={})
+
+
+def test_an_early_return_that_lags_on_every_probe_is_refused(rng):
+    """The call leaves its work pending on a thread; every probe's immediate fetch waits
+    for it, so every repeat lags and the guard refuses."""
+    cheat = leaving_pending(LAG_S)
     with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS + 1} probes"):
         guards.early_return(cheat, (rng.standard_normal(8),), WORK_S)
 
@@ -191,19 +199,7 @@ def test_a_slow_call_takes_one_early_return_probe_and_a_cheat_is_still_refused(r
     """At a median of seconds-per-call scale one probe (two calls) decides: honest work
     passes on it; work left pending (a cheat) lags on it and on every re-check."""
     calls = []
-
-    def call(x):
-        calls.append(None)
-        worker = threading.Thread(target=time.sleep, args=(pending,))
-        worker.start()
-        return worker, x * 2
-
-    def fetch(out):
-        out[0].join()
-        return out[1]
-
-    runnable = Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
-                        fetch=fetch, execution={})
+    runnable = leaving_pending(pending, calls)
     if not pending:
         found = guards.early_return(runnable, (rng.standard_normal(8),), SLOW_S)
         assert found["passed"] and "(1 probe(s))" in found["detail"] and len(calls) == 2
