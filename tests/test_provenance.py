@@ -73,11 +73,11 @@ import os, sys, time
 from casebook import errors
 parent = os.getppid()
 if sys.argv[1] == "started":
-    errors.end_with_parent()
+    errors.end_with_run()
 print("ready", flush=True)
 while os.getppid() == parent:
     time.sleep(0.05)
-errors.end_with_parent()
+errors.end_with_run()
 time.sleep(120)
 """
 # A Snakemake run, as the workflow sets it up: its jobs inherit its pid.

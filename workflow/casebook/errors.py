@@ -63,7 +63,7 @@ def _end_with(run: int, parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # records are written whole or not at all
 
 
-def end_with_parent() -> None:
+def end_with_run() -> None:
     """End this process when the Snakemake run that started it is gone: a killed run
     leaves no job writing records after it. The run is the process named in ``RUN_PID``
     (set by the workflow, so a run killed while its job was still starting up counts),
@@ -78,10 +78,10 @@ def end_with_parent() -> None:
 def reported(job: Any) -> Iterator[None]:
     """Run a Snakemake script's work (``job``: its ``snakemake`` object) with stderr in the
     job's log; a CasebookError becomes one line on both, exit status 1. The log ends with
-    the job's profile (``jobprofile``). The job ends with its run (``end_with_parent``)."""
+    the job's profile (``jobprofile``). The job ends with its run (``end_with_run``)."""
     from casebook import jobprofile
 
-    end_with_parent()
+    end_with_run()
     entered = time.time()
     with open(job.log[0], "w") as log, contextlib.redirect_stderr(log):
         try:

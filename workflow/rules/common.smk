@@ -110,10 +110,11 @@ def case_records(case, target):
 
 
 def case_products(case):
-    """What a run keeps for ``case``: each measured target's records, lowerings and samples,
-    each target's figure manifest, its staged page. Named as targets: Snakemake remakes a missing file only
-    when a job after it must run, and a killed job's outputs are deleted, so without this
-    the resume of a run killed in its only job would find nothing to do."""
+    """What a run keeps for ``case``: each measured target's records, lowerings and
+    samples, each target's figure manifest, its staged page. Named as targets: Snakemake
+    remakes a missing file only when a job after it must run, and a killed job's outputs
+    are deleted, so without this the resume of a run killed in its only job would find
+    nothing to do."""
     return [*(f for t in MEASURED for f in paths.case_products(CASES[case], t)),
             *case_manifests(case), paths.page_part(case), paths.page_status(case)]
 
