@@ -95,6 +95,7 @@ lint: env
 bench: env
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.calibration
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.efficiency
+	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.rerun_coverage
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
 	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.reuse_guard_load

@@ -1,8 +1,9 @@
 """Calibration on CPU: false verdicts over A/A trials, detection of true 5% and 10% effects.
 
-Each trial measures two workloads with the engine as the pipeline does (median
-precision ±1%, guards on), in alternating order, and compares them against the floor
-measured first by the A/A protocol on the same base workload.
+Each trial measures two workloads with the engine as the pipeline does (the settings of
+configs/config.yaml's ``measurement``: median precision ±1% per repeat, its repeats,
+guards on, the process pinned as a cpu job is), in alternating order, and compares them
+against the floor measured first by the A/A protocol on the same base workload.
 
     .venv/bin/python -m benchmarks.calibration [--aa 200] [--ab 100]
 """
@@ -14,7 +15,8 @@ import dataclasses
 import time
 
 from benchmarks.workloads import repeated_matmul, write
-from casebook.measure import engine, noise, stats
+from casebook import config, timing
+from casebook.measure import engine, noise, pinning, stats
 
 BASE_REPS = 20  # ~0.2 ms per call: 20 units of work
 
@@ -32,7 +34,9 @@ def main() -> None:
     parser.add_argument("--ab", type=int, default=100, help="A/B trials per effect size")
     parser.add_argument("--rounds", type=int, default=20, help="A/A rounds for the floor")
     args = parser.parse_args()
-    settings, devices = engine.Settings(), engine.Devices.find()
+    measurement = config.load_global()["measurement"]
+    pinned = pinning.pin_for("cpu", measurement)  # numpy only: jax is never imported
+    settings, devices = timing.settings_of(measurement), engine.Devices.find()
     base = repeated_matmul(BASE_REPS)
     started = time.perf_counter()
     floor = noise.a_a(lambda seed: engine.measure(base, settings, "hot", seed, devices),
@@ -62,7 +66,7 @@ def main() -> None:
         print(f"A/B {effect:.0%}: {verdicts}")
     path = write("calibration", {
         "workload": f"{BASE_REPS} × 64×64 float64 matmul (numpy), hot",
-        "settings": dataclasses.asdict(settings),
+        "settings": dataclasses.asdict(settings), "pinned_cpu": pinned,
         "noise_floor": floor, "aa_trials": args.aa, "aa_verdicts": aa,
         "aa_false_share": false_share, "ab": detection,
         "wall_s": time.perf_counter() - started,

@@ -255,3 +255,20 @@ def test_monitor_reads_reasons_and_clock():
     monitor = throttle.NvmlMonitor(gpu.Tools(None, fakes.Nvml([(0, 1400)]), None))
     reading = monitor.read()
     assert reading.throttled and reading.sm_clock_mhz == 1400  # below 75% of 1980
+
+
+def test_repeats_are_separate_runs_of_the_criterion_with_a_run_to_run_interval():
+    settings = engine.Settings(warmup_calls=1, criterion="fixed_count", count=5, repeats=3)
+    m = engine.measure(engine.Workload(honest(), inputs), settings, "hot", 4, CPU)
+    assert [r["repeat"] for r in m.rows] == [0] * 5 + [1] * 5 + [2] * 5
+    assert len(m.repeat_medians) == 3 and m.stop_reason.startswith("3 repeats")
+    summary = m.summary(0.95)
+    assert summary["interval"] == "run-to-run" and summary["repeats"] == 3
+    assert summary["ci_low_s"] <= summary["median_s"] <= summary["ci_high_s"]
+    with pytest.raises(ValueError, match="repeats"):
+        engine.Settings(repeats=0)
+
+
+def test_repeats_share_the_timeout():
+    settings = engine.Settings(timeout_s=6.0, repeats=3)
+    assert settings.criterion_unit().bounds.timeout_s == pytest.approx(2.0)

@@ -111,3 +111,45 @@ def test_noise_floor_is_a_quantile_of_log_ratios():
     assert noise.floor_from_ratios([1 / 1.1, 1.1, 1.1, 1.1], 0.9) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="rounds"):
         noise.a_a(lambda seed: None, rounds=2, quantile=0.95)
+
+
+def _drifting_run(rng, repeats: int, drift: float, samples: int = 40):
+    """One run on a host whose speed drifts between repeats (lognormal, sd ``drift``) far
+    more than samples scatter within one: the samples and each repeat's median."""
+    levels = rng.lognormal(0, drift, repeats)
+    per_repeat = [level * rng.lognormal(0, 0.002, samples) for level in levels]
+    return np.concatenate(per_repeat), [float(np.median(r)) for r in per_repeat]
+
+
+def test_reruns_land_in_the_run_to_run_interval_but_not_in_one_runs(rng):
+    """Where drift between repeats dominates, two runs' medians fall inside each other's
+    run-to-run interval ≥ 95% of the time; the samples' interval alone misses them."""
+    inside = {"run-to-run": 0, "within-run": 0}
+    trials = 300
+    for _ in range(trials):
+        runs = [_drifting_run(rng, 5, 0.03) for _ in range(2)]
+        first = stats.summarize(runs[0][0], 0.95, runs[0][1])
+        alone = stats.summarize(runs[0][0], 0.95)
+        second = float(np.median(runs[1][0]))
+        assert first["interval"] == "run-to-run" and first["repeats"] == 5
+        assert alone["interval"] == "within-run" and alone["repeats"] == 1
+        inside["run-to-run"] += first["ci_low_s"] <= second <= first["ci_high_s"]
+        inside["within-run"] += alone["ci_low_s"] <= second <= alone["ci_high_s"]
+    assert inside["run-to-run"] / trials >= 0.92  # 0.95 nominal, minus 300 trials' error
+    assert inside["within-run"] / trials < 0.5
+
+
+def test_the_run_to_run_interval_never_narrows_the_samples_interval(rng):
+    samples, _ = _drifting_run(rng, 3, 0.0)
+    wide = samples * rng.lognormal(0, 0.3, len(samples))
+    medians = [float(np.median(wide[i::3])) for i in range(3)]
+    one_run = stats.summarize(wide, 0.95)
+    both = stats.summarize(wide, 0.95, medians)
+    assert both["ci_low_s"] <= one_run["ci_low_s"] and both["ci_high_s"] >= one_run["ci_high_s"]
+
+
+def test_a_rerun_interval_needs_two_repeats():
+    with pytest.raises(ValueError, match="at least 2 repeats"):
+        stats.rerun_interval([1.0], 1.0, 0.95)
+    lo, hi = stats.rerun_interval([1.0, 1.1, 0.9], 1.0, 0.95)
+    assert lo < 1.0 < hi and hi / 1.0 == pytest.approx(1.0 / lo)

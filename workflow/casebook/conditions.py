@@ -156,9 +156,14 @@ def _measured_or_why(record: dict[str, Any]) -> str:
     kernel = (f", kernels alone {seconds(m['kernel_median_s'])} (launch overhead "
               f"{seconds(m['launch_overhead_median_s'])} apart)" if "kernel_median_s" in m
               else "")
+    spread = (f"{m['confidence']:.0%} interval over {m['repeats']} repeats, rerun drift "
+              f"included" if m["interval"] == "run-to-run" else
+              f"{m['confidence']:.0%} CI of one run's samples")
+    pinned = ("every thread on CPU " + str(m["pinned_cpu"]) if m["pinned_cpu"] is not None
+              else "not pinned")
     return (f"median {seconds(m['median_s'])} [{seconds(m['ci_low_s'])}, "
-            f"{seconds(m['ci_high_s'])}] ({m['confidence']:.0%} CI), n={m['samples']}, "
-            f"noise {m['relative_noise']:.1%}{kernel}; clock {m['clock_kind']}; "
+            f"{seconds(m['ci_high_s'])}] ({spread}), n={m['samples']}, "
+            f"noise {m['relative_noise']:.1%}{kernel}; clock {m['clock_kind']}, {pinned}; "
             f"stopped by {m['stop_criterion']}: {m['stop_reason']}; "
             f"{m['throttling']['discarded']} throttled samples discarded")
 
@@ -176,7 +181,9 @@ def floor_line(nf: dict[str, Any] | None) -> str:
     return (f"Noise floor: ±{nf['noise_floor']:.1%} — the minimum detectable effect on this "
             f"host ({nf['quantile']:.0%} quantile of |ln A/A′| over {nf['rounds']} "
             f"interleaved A/A rounds of a {nf['workload']}, {seconds(nf['median_s'])} per "
-            f"call, {nf['clock_kind']} clock)")
+            f"call, {nf['repeats']} repeats per measurement, {nf['clock_kind']} clock, "
+            + ("not pinned" if nf["pinned_cpu"] is None else f"pinned to CPU {nf['pinned_cpu']}")
+            + ")")
 
 
 def measurement(ev: Evidence) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from casebook import conditions, config, paths, records, verify
 from casebook.evidence import Evidence
-from casebook.measure import clocks, engine, stats, stopping
+from casebook.measure import clocks, engine, pinning, stats, stopping
 
 
 def doc(function: Any) -> str:
@@ -34,7 +34,9 @@ def measurement_rules() -> dict[str, str]:
             "stopping": "\n\n".join(f"{c.__name__}: {doc(c)}" for c in (
                 stopping.MedianPrecision, stopping.RelativeNoise, stopping.FixedCount,
                 stopping.TimeBudget)),
-            "interval": doc(stats.median_interval),
+            "interval": "\n\n".join(f"{f.__name__}: {doc(f)}" for f in (
+                stats.summarize, stats.median_interval, stats.rerun_interval)),
+            "pinning": doc(pinning),
             "comparison": doc(stats.compare)}
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from casebook import cases, config, paths, provenance, records, tile_table, verify
 from casebook.errors import CasebookError
-from casebook.measure import engine, guards, noise, table
+from casebook.measure import engine, guards, noise, pinning, table
 from kernels.runnable import Runnable
 
 
@@ -131,4 +131,5 @@ def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str,
     return records.write(out, "noise_floor", {
         "target": target, "workload": f"jitted float32 matmul {spec['size']}×{spec['size']} "
                                       f"(jax.numpy.matmul)",
-        "stop_criterion": settings.criterion, "stop_target": settings.target, **result})
+        "stop_criterion": settings.criterion, "stop_target": settings.target,
+        "repeats": settings.repeats, "pinned_cpu": pinning.pinned_cpu(), **result})

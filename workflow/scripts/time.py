@@ -1,10 +1,13 @@
 """Snakemake script: stage 5, time one verified variant at one point."""
 
-from casebook import timing
 from casebook.errors import reported
+from casebook.measure import pinning
 
 with reported(snakemake):
     w = snakemake.wildcards
+    pinning.pin_for(w.target, snakemake.params.measurement)
+    from casebook import timing  # after pinning: XLA sizes its thread pool on import
+
     timing.time_kernel(
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
         snakemake.params.measurement, snakemake.input.verify,

@@ -9,8 +9,10 @@ Measuring, stopping and summarising are kept apart, as NVBench keeps them:
 - ``cache``: hot, or cold (input rotation past the LLC on CPU, L2 flush on GPU);
 - ``throttle``: NVML clock and slowdown reasons per sample;
 - ``guards``: early return, unseen streams, reused results;
-- ``stats``: the median's interval, ratio of medians with a bootstrap interval, verdicts;
+- ``stats``: the median's interval (run-to-run over repeats), ratio of medians with a
+  bootstrap interval, verdicts;
 - ``noise``: the host's A/A noise floor;
 - ``table``: the raw-samples table beside every record;
+- ``pinning``: a cpu job's process on one CPU, pinned before jax starts;
 - ``gpu``: cuda-python / NVML / CUPTI found, or the reason there is no GPU.
 """

@@ -3,6 +3,9 @@
 The loop only measures: the criterion decides when to stop (``stopping``), the cache
 state picks each sample's inputs (``cache``), the clock times it (``clocks``), the
 monitor says whether it was throttled (``throttle``). Summaries come from ``stats``.
+Sampling runs ``repeats`` times, each repeat stopped by its own criterion, so that the
+spread between repeats shows the drift that samples of one repeat cannot. Whether the
+process ran on one CPU (``pinning``, done before jax starts) goes into the record.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook.measure import cache, clocks, gpu, guards, stats, stopping, throttle
+from casebook.measure import cache, clocks, gpu, guards, pinning, stats, stopping, throttle
 from kernels.runnable import Runnable
 
 CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel")
@@ -38,10 +41,13 @@ class Settings:
     timeout_s: float = 15.0
     count: int = 100  # fixed_count
     budget_s: float = 0.1  # time_budget
+    repeats: int = 1  # independent sampling runs; >= 2 gives a run-to-run interval
 
     def __post_init__(self):
         if self.warmup_calls < 1:
             raise ValueError(f"{self.warmup_calls=} must be at least 1 (compilation)")
+        if self.repeats < 1:
+            raise ValueError(f"{self.repeats=} must be at least 1")
         if not 0.5 < self.confidence < 1:
             raise ValueError(f"{self.confidence=} must lie in (0.5, 1)")
         if self.clock not in CLOCKS:
@@ -51,7 +57,9 @@ class Settings:
         self.criterion_unit()  # the criterion checks its own values
 
     def criterion_unit(self) -> stopping.Criterion:
-        bounds = stopping.Bounds(self.min_samples, self.min_time_s, self.timeout_s)
+        """One repeat's criterion: the timeout is shared among the repeats."""
+        bounds = stopping.Bounds(self.min_samples, self.min_time_s,
+                                 self.timeout_s / self.repeats)
         return {
             "median_precision": lambda: stopping.MedianPrecision(
                 self.target, self.confidence, bounds),
@@ -78,6 +86,7 @@ class Measurement:
     stop_reason: str
     cache_mode: str
     cache_description: str
+    pinned_cpu: int | None  # the CPU every thread ran on while sampling; None: not pinned
     throttling: dict[str, Any]
     guards: dict[str, dict[str, Any]]
     rows: list[dict[str, Any]]  # every sample, discarded ones included
@@ -86,6 +95,12 @@ class Measurement:
     @property
     def kept(self) -> list[float]:
         return [r["seconds"] for r in self.rows if not r["discarded"]]
+
+    @property
+    def repeat_medians(self) -> list[float]:
+        kept = [r for r in self.rows if not r["discarded"]]
+        return [float(np.median([r["seconds"] for r in kept if r["repeat"] == i]))
+                for i in sorted({r["repeat"] for r in kept})]
 
     def summary(self, confidence: float) -> dict[str, Any]:
         kept = [r for r in self.rows if not r["discarded"]]
@@ -99,8 +114,9 @@ class Measurement:
             "warmup_calls": self.warmup_calls,
             "stop_criterion": self.stop_criterion, "stop_reason": self.stop_reason,
             "cache": {"mode": self.cache_mode, "description": self.cache_description},
+            "pinned_cpu": self.pinned_cpu,
             "throttling": self.throttling, "guards": self.guards, "wall_s": self.wall_s,
-            **stats.summarize(self.kept, confidence), **extra,
+            **stats.summarize(self.kept, confidence, self.repeat_medians), **extra,
         }
 
 
@@ -133,9 +149,9 @@ class Devices:
         return throttle.NvmlMonitor(self.tools) if self.tools else throttle.Unmonitored()
 
 
-def _row(index: int, which: int, timing: clocks.Timing, reading: throttle.Reading
-         ) -> dict[str, Any]:
-    return {"sample": index, "input_set": which, "seconds": timing.seconds,
+def _row(index: int, repeat: int, which: int, timing: clocks.Timing,
+         reading: throttle.Reading) -> dict[str, Any]:
+    return {"sample": index, "repeat": repeat, "input_set": which, "seconds": timing.seconds,
             "host_seconds": timing.host_s, "kernel_seconds": timing.kernel_s,
             "launch_overhead_seconds": timing.launch_overhead_s, "kernels": timing.kernels,
             "unseen_seconds": timing.unseen_s, "sm_clock_mhz": reading.sm_clock_mhz,
@@ -144,7 +160,8 @@ def _row(index: int, which: int, timing: clocks.Timing, reading: throttle.Readin
 
 def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
             devices: Devices) -> Measurement:
-    """Warm up, sample until ``settings``' criterion stops, check the guards."""
+    """Warm up, sample ``settings.repeats`` times until the criterion stops each, check
+    the guards."""
     runnable = workload.runnable
     rng = np.random.default_rng(seed)
     set_bytes = sum(a.nbytes for a in workload.make_inputs(np.random.default_rng(seed)).values())
@@ -158,44 +175,51 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
     clock = devices.clock(settings.clock, runnable)
     monitor = devices.monitor()
     try:
-        for i in range(settings.warmup_calls):  # compilation, first-call costs: never kept
+        for i in range(settings.warmup_calls):  # compilation, first-call costs
             args, _ = state.before_sample(i)
             runnable.sync(runnable.call(*args))
-        criterion = settings.criterion_unit()
-        rows, timings, discarded = [], [], 0
+        rows, timings, discarded, index = [], [], 0, 0
         start = time.perf_counter()
-        index = 0
-        while not criterion.finished:
-            args, which = state.before_sample(index)
-            _, timing = clock.time(lambda args=args: runnable.call(*args), runnable.sync)
-            reading = monitor.read()
-            rows.append(_row(index, which, timing, reading))
-            index += 1
-            if reading.throttled:
-                discarded += 1
-                if discarded > MAX_DISCARDED:
-                    raise guards.Unmeasurable(f"{discarded} throttled samples discarded: the "
-                                             f"device does not hold its clock")
-                time.sleep(monitor.pause_s)
-                continue
-            timings.append(timing)
-            criterion.add(timing.seconds, time.perf_counter() - start)
+        for repeat in range(settings.repeats):
+            criterion = settings.criterion_unit()
+            began = time.perf_counter()
+            while not criterion.finished:
+                args, which = state.before_sample(index)
+                _, timing = clock.time(lambda args=args: runnable.call(*args),
+                                       runnable.sync)
+                reading = monitor.read()
+                rows.append(_row(index, repeat, which, timing, reading))
+                index += 1
+                if reading.throttled:
+                    discarded += 1
+                    if discarded > MAX_DISCARDED:
+                        raise guards.Unmeasurable(
+                            f"{discarded} throttled samples discarded: the device does "
+                            f"not hold its clock")
+                    time.sleep(monitor.pause_s)
+                    continue
+                timings.append(timing)
+                criterion.add(timing.seconds, time.perf_counter() - began)
         wall = time.perf_counter() - start
         median = float(np.median([t.seconds for t in timings]))
         args, _ = state.before_sample(0)
         checks = {
             "early_return": guards.early_return(runnable, args, median),
             "unseen_stream": guards.unseen_work(runnable, args, timings, median),
-            "reused_result": guards.reused_result(runnable, args, lambda: prepare_set(-1),
-                                                  _first_call(clock, runnable), median),
+            "reused_result": guards.reused_result(
+                runnable, args, lambda: prepare_set(-1), _first_call(clock, runnable),
+                median),
         }
     finally:
         state.close()
         clock.close()
+    reason = criterion.reason if settings.repeats == 1 else (
+        f"{settings.repeats} repeats, each stopped by it; the last: {criterion.reason}")
     return Measurement(
         clock=clock.description, clock_kind=clock.kind, warmup_calls=settings.warmup_calls,
-        stop_criterion=criterion.name, stop_reason=criterion.reason,
+        stop_criterion=criterion.name, stop_reason=reason,
         cache_mode=state.mode, cache_description=state.description,
+        pinned_cpu=pinning.pinned_cpu(),
         throttling={"monitored": monitor.monitored, "description": monitor.description,
                     "discarded": discarded},
         guards=checks, rows=rows, wall_s=wall)

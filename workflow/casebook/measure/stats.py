@@ -44,15 +44,41 @@ def robust_noise(samples: Sequence[float]) -> float:
     return 1.4826 * statistics.median(abs(s - median) for s in samples) / median
 
 
-def summarize(samples: Sequence[float], confidence: float) -> dict[str, Any]:
+def rerun_interval(repeat_medians: Sequence[float], center: float, confidence: float
+                   ) -> tuple[float, float]:
+    """Where the median of a rerun with as many repeats lands, with ``confidence``.
+
+    A Student-t prediction interval on ln(median) around ``center``: the spread of the
+    repeats' medians estimates the run-to-run variance that samples of one run cannot
+    show (a host's clock and load drift over seconds, not between samples).
+    """
+    logs = np.log(np.asarray(repeat_medians, float))
+    r = len(logs)
+    if r < 2:
+        raise ValueError(f"a rerun interval needs at least 2 repeats, got {r}")
+    half = stats.t.ppf((1 + confidence) / 2, r - 1) * np.std(logs, ddof=1) * math.sqrt(2 / r)
+    return center * math.exp(-half), center * math.exp(half)
+
+
+def summarize(samples: Sequence[float], confidence: float,
+              repeat_medians: Sequence[float] = ()) -> dict[str, Any]:
+    """Summary of the kept samples. With two or more repeats, the median's interval is the
+    wider of the samples' order-statistic interval and the repeats' rerun interval."""
     median = statistics.median(samples)
     lo, hi = median_interval(samples, confidence)
+    spread: dict[str, Any] = {"interval": "within-run", "repeats": 1}
+    if len(repeat_medians) >= 2:
+        rerun_lo, rerun_hi = rerun_interval(repeat_medians, median, confidence)
+        lo, hi = min(lo, rerun_lo), max(hi, rerun_hi)
+        spread = {"interval": "run-to-run", "repeats": len(repeat_medians),
+                  "repeat_medians_s": [float(m) for m in repeat_medians]}
     return {
         "samples": len(samples),
         "median_s": median,
         "ci_low_s": lo,
         "ci_high_s": hi,
         "confidence": confidence,
+        **spread,
         "mean_s": statistics.fmean(samples),
         "stdev_s": statistics.stdev(samples),
         "min_s": min(samples),

@@ -1,0 +1,112 @@
+"""Run-to-run honesty: the host's noise floor rerun, and whether reruns land in each
+other's intervals.
+
+Every run is a fresh process, as a pipeline job is: it pins itself (or not) before jax
+starts, makes one measurement with the engine and prints it. Two protocols are
+compared: ``before`` (one repeat, not pinned: the engine as it was) and ``config``
+(configs/config.yaml's ``measurement``: repeats and pinning as the pipeline runs them).
+
+- noise floor: the ``noise_floor`` stage's A/A protocol, ``--floors`` reruns per protocol;
+- coverage: ``--runs`` independent measurements per protocol and workload; the share of
+  ordered pairs (i, j), i ≠ j, whose median j lies inside interval i. The target is
+  ≥ 95%: a record's interval then says where a rerun lands.
+
+    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.rerun_coverage [--runs 20]
+        [--floors 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.workloads import write
+from casebook import config
+
+WORKLOADS = ("jax_matmul_256", "numpy_matmul_20x64")
+TARGET = 0.95
+
+
+def protocols() -> dict[str, dict[str, Any]]:
+    shipped = config.load_global()["measurement"]
+    return {"before": {**shipped, "repeats": 1, "pin_cpu": False}, "config": shipped}
+
+
+def _workload(name: str, size: int):
+    from benchmarks.workloads import repeated_matmul
+    from casebook.measure import noise
+    return noise.matmul_workload(size) if name.startswith("jax") else repeated_matmul(20)
+
+
+def one(kind: str, measurement: dict[str, Any], workload: str) -> dict[str, Any]:
+    """In a fresh process: pin as a job would, then one noise floor or one measurement."""
+    from casebook.measure import pinning
+    pinning.pin_for("cpu", measurement)
+    from casebook import timing
+    from casebook.measure import engine
+
+    if kind == "floor":
+        spec = measurement["noise_floor"]
+        settings = timing.settings_of(measurement)
+        work = _workload("jax", spec["size"])
+        from casebook.measure import noise
+        began = time.perf_counter()
+        result = noise.a_a(lambda seed: engine.measure(work, settings, spec["cache"], seed,
+                                                       engine.Devices.find()),
+                           spec["rounds"], spec["quantile"])
+        return {"noise_floor": result["noise_floor"], "median_s": result["median_s"],
+                "ratios_min": min(result["ratios"]), "ratios_max": max(result["ratios"]),
+                "wall_s": time.perf_counter() - began}
+    settings = timing.settings_of(measurement)
+    m = engine.measure(_workload(workload, 256), settings, "hot", 0, engine.Devices.find())
+    s = m.summary(settings.confidence)
+    return {k: s[k] for k in ("median_s", "ci_low_s", "ci_high_s", "interval", "repeats",
+                              "pinned_cpu", "samples", "wall_s")}
+
+
+def fresh(kind: str, measurement: dict[str, Any], workload: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.rerun_coverage", "--one", kind,
+                           json.dumps(measurement), workload],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def coverage(runs: list[dict[str, Any]]) -> float:
+    pairs = list(itertools.permutations(runs, 2))
+    return sum(a["ci_low_s"] <= b["median_s"] <= a["ci_high_s"] for a, b in pairs) / len(pairs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=20, help="measurements per protocol")
+    parser.add_argument("--floors", type=int, default=3, help="noise floors per protocol")
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        kind, measurement, workload = args.one
+        print(json.dumps(one(kind, json.loads(measurement), workload)))
+        return
+    started = time.perf_counter()
+    result: dict[str, Any] = {"protocols": protocols(), "floors": {}, "coverage": {}}
+    for name, measurement in result["protocols"].items():
+        floors = [fresh("floor", measurement, "") for _ in range(args.floors)]
+        result["floors"][name] = floors
+        print(name, "noise floors", [f"±{f['noise_floor']:.1%}" for f in floors])
+        for workload in WORKLOADS:
+            runs = [fresh("measure", measurement, workload) for _ in range(args.runs)]
+            share = coverage(runs)
+            result["coverage"].setdefault(name, {})[workload] = {
+                "runs": runs, "pairs_inside": share, "meets_target": share >= TARGET}
+            print(name, workload, f"reruns inside each other's intervals: {share:.1%}")
+    path = write("rerun_coverage", {**result, "target": TARGET,
+                                    "wall_s": time.perf_counter() - started})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""A CPU measurement runs with its process on one CPU, pinned before jax is imported.
+
+On a small virtual machine a process whose threads move between vCPUs takes hypervisor
+steal and cache migrations, and its A/A ratios spread several times wider than pinned
+(benchmarks/results/rerun_coverage.json records both). XLA sizes its CPU thread pool
+from the affinity it finds when it starts, so pinning must come first: pinning an
+already started XLA squeezes its threads onto one CPU, where they take turns (slower,
+and noisier than not pinning).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def chosen_cpu(allowed: set[int]) -> int:
+    """The highest-numbered allowed CPU: CPU 0 takes most interrupts on Linux."""
+    if not allowed:
+        raise ValueError("no CPU is allowed to this process")
+    return max(allowed)
+
+
+def pin_process() -> int | None:
+    """Pins this process to one of its CPUs and returns it; None where affinity is not
+    Linux's (nothing pinned, and records say so). Raises if jax was imported first."""
+    if "jax" in sys.modules:
+        raise RuntimeError("pin the process before importing jax: XLA has already sized "
+                           "its thread pool for every CPU")
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = chosen_cpu(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+def pinned_cpu() -> int | None:
+    """The one CPU this thread may run on, or None when it may run on several."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = os.sched_getaffinity(0)
+    return next(iter(allowed)) if len(allowed) == 1 else None
+
+
+def pin_for(target: str, measurement: dict) -> int | None:
+    """A measuring job's pinning: on target cpu when ``measurement.pin_cpu`` (default
+    true); never on a GPU target, whose host threads feed the device."""
+    if target != "cpu" or not measurement.get("pin_cpu", True):
+        return None
+    return pin_process()
