@@ -3,8 +3,10 @@ other's intervals.
 
 Every run is a fresh process, as a pipeline job is: it pins itself (or not) before jax
 starts, makes one measurement with the engine and prints it. Two protocols are
-compared: ``before`` (one repeat, not pinned: the engine as it was) and ``config``
-(configs/config.yaml's ``measurement``: repeats and pinning as the pipeline runs them).
+compared: ``before`` (one repeat, not pinned, no floor: the engine as it was) and
+``config`` (configs/config.yaml's ``measurement``: repeats and pinning as the pipeline
+runs them, each interval widened to the floor this protocol measured first, as a time
+job widens it to its host's recorded floor).
 
 - noise floor: the ``noise_floor`` stage's A/A protocol, ``--floors`` reruns per protocol;
 - coverage: ``--runs`` independent measurements per protocol and workload; the share of
@@ -43,7 +45,8 @@ def _workload(name: str, size: int):
     return noise.matmul_workload(size) if name.startswith("jax") else repeated_matmul(20)
 
 
-def one(kind: str, measurement: dict[str, Any], workload: str) -> dict[str, Any]:
+def one(kind: str, measurement: dict[str, Any], workload: str, floor: float | None
+        ) -> dict[str, Any]:
     """In a fresh process: pin as a job would, then one noise floor or one measurement."""
     from casebook.measure import pinning
     pinning.pin_for("cpu", measurement)
@@ -64,14 +67,15 @@ def one(kind: str, measurement: dict[str, Any], workload: str) -> dict[str, Any]
                 "wall_s": time.perf_counter() - began}
     settings = timing.settings_of(measurement)
     m = engine.measure(_workload(workload, 256), settings, "hot", 0, engine.Devices.find())
-    s = m.summary(settings.confidence)
+    s = m.summary(settings.confidence, floor)
     return {k: s[k] for k in ("median_s", "ci_low_s", "ci_high_s", "interval", "repeats",
-                              "pinned_cpu", "samples", "wall_s")}
+                              "floor_applied", "pinned_cpu", "samples", "wall_s")}
 
 
-def fresh(kind: str, measurement: dict[str, Any], workload: str) -> dict[str, Any]:
+def fresh(kind: str, measurement: dict[str, Any], workload: str = "",
+          floor: float | None = None) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "benchmarks.rerun_coverage", "--one", kind,
-                           json.dumps(measurement), workload],
+                           json.dumps(measurement), workload, json.dumps(floor)],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -85,23 +89,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20, help="measurements per protocol")
     parser.add_argument("--floors", type=int, default=3, help="noise floors per protocol")
-    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        kind, measurement, workload = args.one
-        print(json.dumps(one(kind, json.loads(measurement), workload)))
+        kind, measurement, workload, floor = args.one
+        print(json.dumps(one(kind, json.loads(measurement), workload, json.loads(floor))))
         return
     started = time.perf_counter()
     result: dict[str, Any] = {"protocols": protocols(), "floors": {}, "coverage": {}}
     for name, measurement in result["protocols"].items():
-        floors = [fresh("floor", measurement, "") for _ in range(args.floors)]
+        floors = [fresh("floor", measurement) for _ in range(args.floors)]
         result["floors"][name] = floors
         print(name, "noise floors", [f"±{f['noise_floor']:.1%}" for f in floors])
+        applied = floors[0]["noise_floor"] if name == "config" else None
         for workload in WORKLOADS:
-            runs = [fresh("measure", measurement, workload) for _ in range(args.runs)]
+            runs = [fresh("measure", measurement, workload, applied)
+                    for _ in range(args.runs)]
             share = coverage(runs)
             result["coverage"].setdefault(name, {})[workload] = {
-                "runs": runs, "pairs_inside": share, "meets_target": share >= TARGET}
+                "floor_applied": applied, "runs": runs, "pairs_inside": share,
+                "meets_target": share >= TARGET}
             print(name, workload, f"reruns inside each other's intervals: {share:.1%}")
     path = write("rerun_coverage", {**result, "target": TARGET,
                                     "wall_s": time.perf_counter() - started})

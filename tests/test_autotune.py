@@ -330,15 +330,23 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     assert checked["passed"], checked["failures"]
     assert checked["tile_table"] == entry["tile_table"]
     assert checked["tile_table"]["applied"] and checked["tile_table"]["tuned"] == tuned_tiles
+    floor = records.write("floor.json", "noise_floor", {
+        "target": "h200", "workload": "test", "stop_criterion": "fixed_count",
+        "stop_target": 0.01, "rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.1, 0.9, 1.0],
+        "median_s": 1e-3, "noise_floor": 0.25, "clock": "host", "clock_kind": "host",
+        "cache": {"mode": "hot", "description": "test"}, "repeats": 1, "pinned_cpu": None})
     timed = timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
-                               point["name"], "h200", MEASUREMENT, "verify.json", "time.json",
-                               "time.samples.csv")
+                               point["name"], "h200", MEASUREMENT, "verify.json", "floor.json",
+                               "time.json", "time.samples.csv")
     assert timed["timed"] and timed["tile_table"] == entry["tile_table"]
+    m = timed["measurement"]  # the interval holds where a rerun lands on this host
+    assert m["floor_applied"] == floor["noise_floor"] and m["interval"] == "run-to-run"
+    assert m["ci_low_s"] <= m["median_s"] / 1.25 and m["ci_high_s"] >= m["median_s"] * 1.25
     table.write_text(table.read_text().replace("stages: 1", "stages: 2"))
     with pytest.raises(CasebookError, match=r"verify\.json: tile_table: verified with another"):
         timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
-                           point["name"], "h200", MEASUREMENT, "verify.json", "time.json",
-                           "time.samples.csv")
+                           point["name"], "h200", MEASUREMENT, "verify.json", "floor.json",
+                           "time.json", "time.samples.csv")
 
 
 def test_the_reproduction_condition_names_the_tile_table_the_timed_kernels_used():

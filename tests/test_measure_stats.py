@@ -153,3 +153,20 @@ def test_a_rerun_interval_needs_two_repeats():
         stats.rerun_interval([1.0], 1.0, 0.95)
     lo, hi = stats.rerun_interval([1.0, 1.1, 0.9], 1.0, 0.95)
     assert lo < 1.0 < hi and hi / 1.0 == pytest.approx(1.0 / lo)
+
+
+def test_a_recorded_floor_widens_the_interval_to_where_a_rerun_lands(rng):
+    samples = rng.lognormal(0, 0.001, 50)
+    tight = stats.summarize(samples, 0.95)
+    floored = stats.summarize(samples, 0.95, floor=0.1)
+    median = floored["median_s"]
+    assert tight["interval"] == "within-run" and tight["floor_applied"] is None
+    assert floored["interval"] == "run-to-run" and floored["floor_applied"] == 0.1
+    assert floored["ci_low_s"] == pytest.approx(median / 1.1)
+    assert floored["ci_high_s"] == pytest.approx(median * 1.1)
+    wide = rng.lognormal(0, 0.5, 50)  # samples wider than the floor keep their own interval
+    assert stats.summarize(wide, 0.95, floor=0.01)["ci_low_s"] == stats.median_interval(
+        wide, 0.95)[0]
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="noise floor"):
+            stats.summarize(samples, 0.95, floor=bad)

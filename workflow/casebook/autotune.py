@@ -98,8 +98,11 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
                                     np.random.default_rng(seed)))
     if not entry["verify"]["passed"]:
         return {**entry, "timed": False, "not_timed_reason": "failed verification"}
+    # No floor: candidates measured back to back in one job are compared with each other,
+    # and widening every interval by the host's drift between jobs would tie them all.
     measured = timing.measure(runnable, lambda rng: plugin.make_inputs(tuned, rng),
-                              measurement, spec["measurement"]["cache"], seed, samples_path)
+                              measurement, spec["measurement"]["cache"], seed, samples_path,
+                              floor=None)
     return {**entry, **measured}
 
 

@@ -156,9 +156,10 @@ def _measured_or_why(record: dict[str, Any]) -> str:
     kernel = (f", kernels alone {seconds(m['kernel_median_s'])} (launch overhead "
               f"{seconds(m['launch_overhead_median_s'])} apart)" if "kernel_median_s" in m
               else "")
-    spread = (f"{m['confidence']:.0%} interval over {m['repeats']} repeats, rerun drift "
-              f"included" if m["interval"] == "run-to-run" else
-              f"{m['confidence']:.0%} CI of one run's samples")
+    spread = (f"{m['confidence']:.0%} interval of one run's samples" if m["interval"] ==
+              "within-run" else f"where a rerun lands: {m['repeats']} repeats" + (
+                  f", at least the host's ±{m['floor_applied']:.1%} floor"
+                  if m["floor_applied"] is not None else ""))
     pinned = ("every thread on CPU " + str(m["pinned_cpu"]) if m["pinned_cpu"] is not None
               else "not pinned")
     return (f"median {seconds(m['median_s'])} [{seconds(m['ci_low_s'])}, "

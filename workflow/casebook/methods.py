@@ -35,7 +35,8 @@ def measurement_rules() -> dict[str, str]:
                 stopping.MedianPrecision, stopping.RelativeNoise, stopping.FixedCount,
                 stopping.TimeBudget)),
             "interval": "\n\n".join(f"{f.__name__}: {doc(f)}" for f in (
-                stats.summarize, stats.median_interval, stats.rerun_interval)),
+                stats.summarize, stats.median_interval, stats.rerun_interval,
+                stats.floor_interval)),
             "pinning": doc(pinning),
             "comparison": doc(stats.compare)}
 

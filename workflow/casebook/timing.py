@@ -38,9 +38,15 @@ def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Sett
     return settings_of(measurement)
 
 
+def host_floor(floor_path: str) -> float:
+    """The host's noise floor from its record: every interval is at least this wide."""
+    return records.read(floor_path, "noise_floor")["noise_floor"]
+
+
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
-             seed: int, samples_path: str) -> dict[str, Any]:
-    """The engine's measurement and its samples table, or why none could be made."""
+             seed: int, samples_path: str, floor: float | None) -> dict[str, Any]:
+    """The engine's measurement and its samples table, or why none could be made;
+    ``floor``: the host's noise floor the interval is widened to (None: not widened)."""
     settings = settings_for(runnable, measurement)
     try:
         result = engine.measure(engine.Workload(runnable, make_inputs), settings, cache_mode,
@@ -50,7 +56,7 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
         return {"timed": False, "not_timed_reason": f"{REFUSED}: {error}"}
     table.write(samples_path, result.rows)
     return {"timed": True, "measurement": {
-        **result.summary(settings.confidence), "samples_file": samples_path}}
+        **result.summary(settings.confidence, floor), "samples_file": samples_path}}
 
 
 def _context(case_dir: str, case: str, point: str):
@@ -61,7 +67,7 @@ def _context(case_dir: str, case: str, point: str):
 
 
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
-                settings: dict[str, Any], verify_path: str, out: str,
+                settings: dict[str, Any], verify_path: str, floor_path: str, out: str,
                 samples_path: str) -> dict[str, Any]:
     spec, _, params, plugin = _context(case_dir, case, point)
     checked = records.read(verify_path, "verify")
@@ -85,11 +91,12 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     return records.write(out, "time", {
         **body, "seed": seed, "execution": runnable.execution,
         **measure(runnable, lambda rng: plugin.make_inputs(tuned, rng), settings,
-                   spec["measurement"]["cache"], seed, samples_path)})
+                   spec["measurement"]["cache"], seed, samples_path, host_floor(floor_path))})
 
 
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
-                  settings: dict[str, Any], out: str, samples_path: str) -> dict[str, Any]:
+                  settings: dict[str, Any], floor_path: str, out: str,
+                  samples_path: str) -> dict[str, Any]:
     spec, path, params, plugin = _context(case_dir, case, point)
     entry = config.find(spec["baselines"], baseline, path, "baselines")
     body = {"target": target, "case": case, "baseline": baseline, "point": point,
@@ -114,7 +121,8 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
             "not_timed_reason": "the baseline disagrees with the oracle"})
     return records.write(out, "baseline", {
         **body, **measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
-                           spec["measurement"]["cache"], seed, samples_path)})
+                           spec["measurement"]["cache"], seed, samples_path,
+                           host_floor(floor_path))})
 
 
 def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str, Any]:

@@ -4,6 +4,8 @@
 rule baseline:
     input:
         case_inputs,
+        # Every interval is at least the host's floor wide: where a rerun lands.
+        floor=paths.noise_floor_record("{target}"),
     output:
         record=paths.baseline_record("{target}", "{case}", "{baseline}", "{point}"),
         samples=paths.samples_table(paths.baseline_record("{target}", "{case}", "{baseline}", "{point}")),

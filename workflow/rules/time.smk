@@ -6,6 +6,8 @@ rule time:
         case_inputs,
         tile_table_input,
         verify=paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
+        # Every interval is at least the host's floor wide: where a rerun lands.
+        floor=paths.noise_floor_record("{target}"),
     output:
         record=paths.time_record("{target}", "{case}", "{variant}", "{point}"),
         samples=paths.samples_table(paths.time_record("{target}", "{case}", "{variant}", "{point}")),

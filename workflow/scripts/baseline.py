@@ -10,5 +10,6 @@ with reported(snakemake):
 
     timing.time_baseline(
         snakemake.config["case_dir"], w.case, w.baseline, w.point, w.target,
-        snakemake.params.measurement, snakemake.output.record, snakemake.output.samples,
+        snakemake.params.measurement, snakemake.input.floor, snakemake.output.record,
+        snakemake.output.samples,
     )

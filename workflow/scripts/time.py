@@ -10,6 +10,6 @@ with reported(snakemake):
 
     timing.time_kernel(
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
-        snakemake.params.measurement, snakemake.input.verify,
+        snakemake.params.measurement, snakemake.input.verify, snakemake.input.floor,
         snakemake.output.record, snakemake.output.samples,
     )

@@ -102,7 +102,8 @@ class Measurement:
         return [float(np.median([r["seconds"] for r in kept if r["repeat"] == i]))
                 for i in sorted({r["repeat"] for r in kept})]
 
-    def summary(self, confidence: float) -> dict[str, Any]:
+    def summary(self, confidence: float, floor: float | None = None) -> dict[str, Any]:
+        """The record's measurement; ``floor``: the host's noise floor, where recorded."""
         kept = [r for r in self.rows if not r["discarded"]]
         extra = {}
         if kept and kept[0]["kernel_seconds"] is not None:
@@ -116,7 +117,7 @@ class Measurement:
             "cache": {"mode": self.cache_mode, "description": self.cache_description},
             "pinned_cpu": self.pinned_cpu,
             "throttling": self.throttling, "guards": self.guards, "wall_s": self.wall_s,
-            **stats.summarize(self.kept, confidence, self.repeat_medians), **extra,
+            **stats.summarize(self.kept, confidence, self.repeat_medians, floor), **extra,
         }
 
 

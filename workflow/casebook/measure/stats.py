@@ -48,7 +48,9 @@ def rerun_interval(repeat_medians: Sequence[float], center: float, confidence: f
                    ) -> tuple[float, float]:
     """Where the median of a rerun with as many repeats lands, with ``confidence``.
 
-    A Student-t prediction interval on ln(median) around ``center``: the spread of the
+    A Student-t prediction interval on ln(median) around ``center`` (the median of every
+    sample, which is nearer a median of the repeats' levels than their mean: its variance
+    is up to π/2 times the mean's, so the interval takes that factor): the spread of the
     repeats' medians estimates the run-to-run variance that samples of one run cannot
     show (a host's clock and load drift over seconds, not between samples).
     """
@@ -56,22 +58,42 @@ def rerun_interval(repeat_medians: Sequence[float], center: float, confidence: f
     r = len(logs)
     if r < 2:
         raise ValueError(f"a rerun interval needs at least 2 repeats, got {r}")
-    half = stats.t.ppf((1 + confidence) / 2, r - 1) * np.std(logs, ddof=1) * math.sqrt(2 / r)
+    spread = np.std(logs, ddof=1) * math.sqrt(2 * (math.pi / 2) / r)  # of two runs' medians
+    half = stats.t.ppf((1 + confidence) / 2, r - 1) * spread
     return center * math.exp(-half), center * math.exp(half)
 
 
+def floor_interval(center: float, floor: float) -> tuple[float, float]:
+    """Where a rerun's median lands on this host: ``center``·[1/(1+floor), 1+floor].
+
+    The host's noise floor is a quantile of |ln A/A'| over pairs of separate
+    measurements, so a rerun lands this close with that quantile's probability, whatever
+    drift between runs the repeats of one run could not see.
+    """
+    if not floor >= 0:
+        raise ValueError(f"a noise floor must be a number >= 0, got {floor!r}")
+    return center / (1 + floor), center * (1 + floor)
+
+
 def summarize(samples: Sequence[float], confidence: float,
-              repeat_medians: Sequence[float] = ()) -> dict[str, Any]:
-    """Summary of the kept samples. With two or more repeats, the median's interval is the
-    wider of the samples' order-statistic interval and the repeats' rerun interval."""
+              repeat_medians: Sequence[float] = (), floor: float | None = None
+              ) -> dict[str, Any]:
+    """Summary of the kept samples. The median's interval is the widest of the samples'
+    order-statistic interval, the repeats' rerun interval (two or more repeats) and the
+    host's floor interval (where a noise floor is recorded)."""
     median = statistics.median(samples)
     lo, hi = median_interval(samples, confidence)
-    spread: dict[str, Any] = {"interval": "within-run", "repeats": 1}
+    spread: dict[str, Any] = {"interval": "within-run", "repeats": 1, "floor_applied": floor}
     if len(repeat_medians) >= 2:
         rerun_lo, rerun_hi = rerun_interval(repeat_medians, median, confidence)
         lo, hi = min(lo, rerun_lo), max(hi, rerun_hi)
-        spread = {"interval": "run-to-run", "repeats": len(repeat_medians),
-                  "repeat_medians_s": [float(m) for m in repeat_medians]}
+        spread.update(repeats=len(repeat_medians),
+                      repeat_medians_s=[float(m) for m in repeat_medians])
+    if floor is not None:
+        floor_lo, floor_hi = floor_interval(median, floor)
+        lo, hi = min(lo, floor_lo), max(hi, floor_hi)
+    if len(repeat_medians) >= 2 or floor is not None:
+        spread["interval"] = "run-to-run"
     return {
         "samples": len(samples),
         "median_s": median,
