@@ -69,3 +69,25 @@ def test_pinning_after_jax_is_refused():
         "except RuntimeError as error:\n"
         "    print(json.dumps(str(error)))")
     assert "before importing jax" in got
+
+
+@needs_affinity
+def test_interpret_mode_kernels_are_never_pinned():
+    got = _in_fresh_process(
+        "import json\n"
+        "from casebook.measure import pinning\n"
+        "print(json.dumps([pinning.pin_for('cpu', {'pin_cpu': True}, interpret=True),\n"
+        "                  pinning.pinned_cpu()]))")
+    expected_unpinned = None if len(os.sched_getaffinity(0)) > 1 else min(os.sched_getaffinity(0))
+    assert got == [None, expected_unpinned]
+
+
+def test_a_verify_record_says_whether_its_kernel_was_interpreted():
+    from casebook import records
+
+    def record(*interprets):
+        return {"checks": [{"execution": {"interpret": i}} for i in interprets]
+                + [{"error": "not run"}]}
+    assert records.interpreted(record(True, True))
+    assert not records.interpreted(record(False))
+    assert not records.interpreted(record())

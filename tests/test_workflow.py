@@ -144,6 +144,15 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
     # and cuDNN attention (NVIDIA GPUs only) are recorded as not run here, each with its
     # reason, on the page too.
     assert len(measured) == 4 and len(records) == 6
+    # Every interval holds where a rerun lands (the host's floor, the repeats); XLA runs
+    # pinned to one CPU, the interpreter (no speed result, a thread per warpgroup) not.
+    assert floor["pinned_cpu"] is not None and floor["repeats"] == 5
+    for r in (r for r in records if r["timed"]):
+        m, interpreted = r["measurement"], r["execution"]["interpret"]
+        assert m["interval"] == "run-to-run" and m["floor_applied"] == floor["noise_floor"]
+        assert m["ci_low_s"] <= m["median_s"] / (1 + floor["noise_floor"])
+        assert m["repeats"] == (1 if interpreted else 5)
+        assert (m["pinned_cpu"] is None) == interpreted
     not_run = [r for r in records if not r["timed"]]
     assert {r["baseline"] for r in not_run} == {"attention_mgpu", "cudnn_dot_product_attention"}
     for record in not_run:

@@ -99,6 +99,11 @@ def recovery(path: str | Path) -> str:
             f"another machine: git checkout -- {path})")
 
 
+def interpreted(verify_record: dict[str, Any]) -> bool:
+    """Whether a verify record's kernel ran in interpret mode (its checks' execution)."""
+    return any(c.get("execution", {}).get("interpret") for c in verify_record["checks"])
+
+
 def read(path: str | Path, kind: str) -> dict[str, Any]:
     """Load one record, refusing a missing, corrupt, foreign or off-schema file; the error
     of a corrupt one says how to recover."""

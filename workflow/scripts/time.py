@@ -1,11 +1,13 @@
 """Snakemake script: stage 5, time one verified variant at one point."""
 
+from casebook import records
 from casebook.errors import reported
 from casebook.measure import pinning
 
 with reported(snakemake):
     w = snakemake.wildcards
-    pinning.pin_for(w.target, snakemake.params.measurement)
+    checked = records.read(snakemake.input.verify, "verify")
+    pinning.pin_for(w.target, snakemake.params.measurement, records.interpreted(checked))
     from casebook import timing  # after pinning: XLA sizes its thread pool on import
 
     timing.time_kernel(

@@ -42,9 +42,12 @@ def pinned_cpu() -> int | None:
     return next(iter(allowed)) if len(allowed) == 1 else None
 
 
-def pin_for(target: str, measurement: dict) -> int | None:
+def pin_for(target: str, measurement: dict, interpret: bool = False) -> int | None:
     """A measuring job's pinning: on target cpu when ``measurement.pin_cpu`` (default
-    true); never on a GPU target, whose host threads feed the device."""
-    if target != "cpu" or not measurement.get("pin_cpu", True):
+    true). Never on a GPU target, whose host threads feed the device, nor for an
+    interpret-mode kernel: its host time is no speed result, and the interpreter runs a
+    thread per warpgroup that one CPU would serialise (a splash forward time job took
+    about twice as long pinned)."""
+    if target != "cpu" or interpret or not measurement.get("pin_cpu", True):
         return None
     return pin_process()
