@@ -48,14 +48,15 @@ def test_a_cpu_job_is_pinned_before_jax_and_xla_starts_on_that_cpu():
 
 
 @needs_affinity
-def test_gpu_targets_and_pin_cpu_false_are_never_pinned():
+def test_gpu_targets_interpret_mode_and_pin_cpu_false_are_never_pinned():
     got = _in_fresh_process(
         "import json\n"
         "from casebook.measure import pinning\n"
         "print(json.dumps([pinning.pin_for('h200', {'pin_cpu': True}),\n"
+        "                  pinning.pin_for('cpu', {'pin_cpu': True}, interpret=True),\n"
         "                  pinning.pin_for('cpu', {'pin_cpu': False}), pinning.pinned_cpu()]))")
     expected_unpinned = None if len(os.sched_getaffinity(0)) > 1 else min(os.sched_getaffinity(0))
-    assert got == [None, None, expected_unpinned]
+    assert got == [None, None, None, expected_unpinned]
 
 
 def test_pinning_after_jax_is_refused():
@@ -69,17 +70,6 @@ def test_pinning_after_jax_is_refused():
         "except RuntimeError as error:\n"
         "    print(json.dumps(str(error)))")
     assert "before importing jax" in got
-
-
-@needs_affinity
-def test_interpret_mode_kernels_are_never_pinned():
-    got = _in_fresh_process(
-        "import json\n"
-        "from casebook.measure import pinning\n"
-        "print(json.dumps([pinning.pin_for('cpu', {'pin_cpu': True}, interpret=True),\n"
-        "                  pinning.pinned_cpu()]))")
-    expected_unpinned = None if len(os.sched_getaffinity(0)) > 1 else min(os.sched_getaffinity(0))
-    assert got == [None, expected_unpinned]
 
 
 def test_a_verify_record_says_whether_its_kernel_was_interpreted():
