@@ -39,34 +39,24 @@ def protocols() -> dict[str, dict[str, Any]]:
     return {"before": {**shipped, "repeats": 1, "pin_cpu": False}, "config": shipped}
 
 
-def _workload(name: str, size: int):
-    from benchmarks.workloads import repeated_matmul
-    from casebook.measure import noise
-    return noise.matmul_workload(size) if name.startswith("jax") else repeated_matmul(20)
-
-
 def one(kind: str, measurement: dict[str, Any], workload: str, floor: float | None
         ) -> dict[str, Any]:
     """In a fresh process: pin as a job would, then one noise floor or one measurement."""
     from casebook.measure import pinning
     pinning.pin_for("cpu", measurement)
+    from benchmarks.workloads import repeated_matmul
     from casebook import timing
-    from casebook.measure import engine
+    from casebook.measure import engine, noise
 
     if kind == "floor":
-        spec = measurement["noise_floor"]
-        settings = timing.settings_of(measurement)
-        work = _workload("jax", spec["size"])
-        from casebook.measure import noise
         began = time.perf_counter()
-        result = noise.a_a(lambda seed: engine.measure(work, settings, spec["cache"], seed,
-                                                       engine.Devices.find()),
-                           spec["rounds"], spec["quantile"])
+        result = timing.a_a_floor(measurement)
         return {"noise_floor": result["noise_floor"], "median_s": result["median_s"],
                 "ratios_min": min(result["ratios"]), "ratios_max": max(result["ratios"]),
                 "wall_s": time.perf_counter() - began}
     settings = timing.settings_of(measurement)
-    m = engine.measure(_workload(workload, 256), settings, "hot", 0, engine.Devices.find())
+    work = noise.matmul_workload(256) if workload.startswith("jax") else repeated_matmul(20)
+    m = engine.measure(work, settings, "hot", 0, engine.Devices.find())
     s = m.summary(settings.confidence, floor)
     return {k: s[k] for k in ("median_s", "ci_low_s", "ci_high_s", "interval", "repeats",
                               "floor_applied", "pinned_cpu", "samples", "wall_s")}

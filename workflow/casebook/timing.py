@@ -125,8 +125,9 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
                            host_floor(floor_path))})
 
 
-def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str, Any]:
-    """Stage: this host's A/A noise floor, measured with the time stages' settings."""
+def a_a_floor(measurement: dict[str, Any]) -> dict[str, Any]:
+    """The A/A protocol of ``measurement.noise_floor``, measured with the time stages'
+    settings."""
     settings = settings_of(measurement)
     spec = measurement["noise_floor"]
     workload = noise.matmul_workload(spec["size"])
@@ -135,7 +136,14 @@ def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str,
     def one(seed: int) -> engine.Measurement:
         return engine.measure(workload, settings, spec["cache"], seed, devices)
 
-    result = noise.a_a(one, spec["rounds"], spec["quantile"])
+    return noise.a_a(one, spec["rounds"], spec["quantile"])
+
+
+def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str, Any]:
+    """Stage: this host's A/A noise floor record."""
+    settings = settings_of(measurement)
+    spec = measurement["noise_floor"]
+    result = a_a_floor(measurement)
     return records.write(out, "noise_floor", {
         "target": target, "workload": f"jitted float32 matmul {spec['size']}×{spec['size']} "
                                       f"(jax.numpy.matmul)",
