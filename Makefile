@@ -44,7 +44,9 @@ CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13
 TREE := $(CURDIR)/$(REHEARSAL)/tree
 IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
 	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)/workflow:$(TREE)
-# Each case's interpret-mode and lowering tests under jax 0.11.2 (about 5 min on 2 cores).
+# Each case's interpret-mode and lowering tests under jax 0.11.2, a worker per core: 7.5 min
+# on one core (jax 0.11.2's Mosaic GPU layout inference takes 50 s for each of the fused MoE
+# kernel's two lowerings); `timeout` stops a hang.
 REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
 	tests/test_capture.py tests/test_measure_engine.py tests/test_grouped_gemm_aot.py \
 	tests/test_grouped_gemm_numerics.py tests/test_mgpu_forward.py tests/test_mgpu_backward.py \
@@ -80,8 +82,11 @@ run: env
 		exit $$status
 	PYTHONPATH=workflow:. $(BIN)/python -m casebook.verdict
 
+# One pytest worker per core (pytest-xdist), a test file per worker: a file's module fixtures
+# (a workflow run, a SLURM cluster, an nvcc build) are made once; the longest files start
+# first (tests/conftest.py), in that order.
 test: env lint chromium
-	CASEBOOK_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+	CASEBOOK_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest --numprocesses auto --dist loadfile --no-loadscope-reorder
 
 # The browser the site's tests drive (Playwright with executable_path; never `playwright
 # install`, which downloads a browser build).
@@ -116,7 +121,8 @@ rehearse: gpu-host
 	cp -r $(BUNDLE) $(REHEARSAL)/tree/build/
 	cd $(REHEARSAL)/tree && CASEBOOK_PYTHON=$(HOST_BIN)/python bash benchmarks/gpu_host.sh \
 		$(CURDIR)/$(REHEARSAL)/out --dry-run --target h200
-	$(IN_HOST) timeout 420 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
+	$(IN_HOST) timeout 900 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
+		--numprocesses auto --dist loadfile \
 		$(REHEARSED_TESTS)
 	$(IN_HOST) $(HOST_BIN)/python -m snakemake -n --quiet rules --cores all \
 		--config target=h200

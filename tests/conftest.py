@@ -14,6 +14,20 @@ from kernels import mgpu_interpret
 mgpu_interpret.start_host_backend()
 
 
+# Started first (`make test` runs a worker per core, a file per worker): the longest files,
+# longest first. The SLURM run mostly waits on the scheduler; the others compute.
+FIRST = ("test_slurm.py", "test_workflow.py", "test_browser.py",
+         "test_grouped_gemm_reference.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A fresh generator per test; its seed is printed so a failure can be replayed."""

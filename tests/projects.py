@@ -19,9 +19,13 @@ MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.0
 
 
 def tiny_case(tolerance_scale: float = 1.0) -> dict:
-    """The real case, cut to one point, one build-only point, the port and upstream."""
+    """The real case, cut to one point, one build-only point, the port and upstream; the
+    point cut to one head (the interpreter's cost grows with the programs; the sequence
+    length stays, and with it the output's scale against the f16 tolerance, which a 1%
+    bias must stay under). The shipped points are checked whole by the kernel tests."""
     case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml").read_text())
     case["points"] = case["points"][:1]
+    case["points"][0]["params"].update(heads_q=1, heads_kv=1)
     case["build_only_points"] = case["build_only_points"][:1]
     case["variants"] = [v for v in case["variants"] if v["name"] in ("mgpu", "upstream")]
     case["autotune"]["variants"] = ["mgpu"]

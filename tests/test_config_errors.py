@@ -97,7 +97,7 @@ def test_grouped_gemm_n_not_a_multiple_of_16(project):
 
 def test_splash_heads_kv_3(project):
     with case_edited(project, "splash_attention",
-                     lambda d: d["points"][0]["params"].update(heads_kv=3)) as path:
+                     lambda d: d["points"][0]["params"].update(heads_q=2, heads_kv=3)) as path:
         line = the_error(snakemake(project, "--dry-run"))
     assert line.startswith(f"casebook: error: {path}: points.0.params.heads_kv: 3 does not "
                            f"divide heads_q=2")

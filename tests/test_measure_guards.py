@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from casebook.measure import engine, guards
+from casebook.measure.clocks import Timing
 from kernels.runnable import Runnable
 
 pytestmark = pytest.mark.timeout(120)
@@ -207,3 +208,21 @@ def test_a_slow_call_takes_one_early_return_probe_and_a_cheat_is_still_refused(r
     with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS + 1} probes"):
         guards.early_return(runnable, (rng.standard_normal(8),), SLOW_S)
     assert len(calls) == 2 * (guards.RECHECKS + 1)
+
+
+@pytest.mark.parametrize("stalled", [1, 3, 7, 8, 15])
+def test_unseen_work_is_judged_on_the_median_sample(rng, stalled):
+    """A few samples whose barrier was preempted (ms each, on a loaded host) pass; device
+    work left outside the window by most calls is refused."""
+    timed = rng.uniform(15e-6, 25e-6, 15)
+    unseen = np.zeros(15)
+    unseen[rng.choice(15, stalled, replace=False)] = rng.uniform(0.5e-3, 3e-3, stalled)
+    timings = [Timing(seconds=t, host_s=t, unseen_s=u) for t, u in zip(timed, unseen,
+                                                                       strict=True)]
+    honest_runnable = runnable(lambda x: x * 2)
+    if stalled < 8:
+        found = guards.unseen_work(honest_runnable, (), timings, float(np.median(timed)))
+        assert found["passed"] and "0 µs in the median sample" in found["detail"]
+    else:
+        with pytest.raises(guards.TimerFooled, match="in the median sample"):
+            guards.unseen_work(honest_runnable, (), timings, float(np.median(timed)))
