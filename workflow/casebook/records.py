@@ -22,6 +22,9 @@ from casebook import errors, paths, provenance
 from casebook.errors import CasebookError
 
 SCHEMA_VERSION = 1
+# How a time or baseline record's not_timed_reason begins when a guard refused the
+# measurement (written by casebook.timing, read by casebook.verdict).
+REFUSED = "not measurable"
 
 
 @functools.cache

@@ -27,9 +27,6 @@ def settings_of(measurement: dict[str, Any]) -> engine.Settings:
         raise CasebookError(paths.CONFIG_SCHEMA, "measurement", str(error)) from None
 
 
-REFUSED = "not measurable"  # how a record begins the reason when a guard refused
-
-
 def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Settings:
     """The settings ``runnable`` is measured with: an interpret-mode kernel's replace some
     (``measurement.interpret``)."""
@@ -53,7 +50,7 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
                                 seed, engine.Devices.find())
     except guards.Unmeasurable as error:
         table.write(samples_path, [])
-        return {"timed": False, "not_timed_reason": f"{REFUSED}: {error}"}
+        return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {error}"}
     table.write(samples_path, result.rows)
     return {"timed": True, "measurement": {
         **result.summary(settings.confidence, floor), "samples_file": samples_path}}
