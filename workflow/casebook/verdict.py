@@ -28,8 +28,8 @@ def _read(path: str, kind: str) -> dict[str, Any] | None:
 def _refused(path: str, kind: str) -> bool:
     """Whether the time or baseline record at ``path`` says a guard refused it."""
     timed = _read(path, kind)
-    return bool(timed) and not timed["timed"] and \
-        timed["not_timed_reason"].startswith(records.REFUSED)
+    return (bool(timed) and not timed["timed"]
+            and timed["not_timed_reason"].startswith(records.REFUSED))
 
 
 def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, list[str]]:

@@ -176,7 +176,7 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
     clock = devices.clock(settings.clock, runnable)
     monitor = devices.monitor()
     try:
-        for i in range(settings.warmup_calls):  # compilation, first-call costs: never kept
+        for i in range(settings.warmup_calls):  # compilation, first-call costs
             args, _ = state.before_sample(i)
             runnable.sync(runnable.call(*args))
         rows, timings, discarded, index = [], [], 0, 0
@@ -207,8 +207,9 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
         checks = {
             "early_return": guards.early_return(runnable, args, median),
             "unseen_stream": guards.unseen_work(runnable, args, timings, median),
-            "reused_result": guards.reused_result(runnable, args, lambda: prepare_set(-1),
-                                                  _first_call(clock, runnable), median),
+            "reused_result": guards.reused_result(
+                runnable, args, lambda: prepare_set(-1), _first_call(clock, runnable),
+                median),
         }
     finally:
         state.close()
