@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -73,3 +77,39 @@ def snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
          str(project.parent / "tiny.yaml"), *args],
         cwd=project, capture_output=True, text=True, timeout=800)
+
+
+def moved(project: Path, dest: Path) -> Path:
+    """A copy of ``project`` and its config at ``dest`` (records, logs and Snakemake's
+    metadata with their times), the config naming the new place; the copy's project."""
+    shutil.copytree(project.parent, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    config = dest / "tiny.yaml"
+    config.write_text(config.read_text().replace(str(project.parent), str(dest)))
+    return dest / "project"
+
+
+def session_root(tmp_path_factory) -> Path:
+    """The temp folder of the whole test session, shared by its xdist workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def finished_run(tmp_path_factory, *cases: dict) -> Path:
+    """A copy of a project that ran ``cases`` to the end (``snakemake`` exit 0). The run is
+    made once per test session, by the first test (of any xdist worker) that asks for it,
+    under a file lock; every caller gets its own copy to change."""
+    shared = session_root(tmp_path_factory)
+    key = hashlib.sha256(json.dumps(cases, sort_keys=True).encode()).hexdigest()[:16]
+    root, outcome = shared / f"run-{key}", shared / f"run-{key}.json"
+    with open(shared / f"run-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        if not outcome.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            done = snakemake(make_project(root, *cases))
+            outcome.write_text(json.dumps({"returncode": done.returncode,
+                                           "stderr": done.stderr[-4000:]}))
+        ran = json.loads(outcome.read_text())
+    assert ran["returncode"] == 0, ran["stderr"]
+    return moved(root / "project", tmp_path_factory.mktemp("run"))

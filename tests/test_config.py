@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
 
-from casebook import config, paths, timing
+from casebook import config, paths, provenance, timing
 from casebook.errors import CasebookError
 from kernels.runnable import Runnable
 
@@ -114,6 +118,41 @@ def test_the_case_plugin_checks_the_config_when_it_loads(case_dir, case, change,
 def test_the_shipped_cases_pass_their_plugins_checks():
     for case in CASES:
         config.load_case("configs/cases", case)
+
+
+def test_the_plugins_answers_are_kept_by_the_hash_of_their_sources(case_dir, tmp_path,
+                                                                    monkeypatch):
+    """Kept answers are used (a planted one is believed) while the kernel sources hash the
+    same, and asked again once they do not."""
+    monkeypatch.chdir(tmp_path)
+    config.load_case(case_dir, "moe_nvfp4")
+    kept = tmp_path / paths.plugin_answers("moe_nvfp4")
+    answers = json.loads(kept.read_text())
+    assert answers["sources_sha256"] == provenance.kernel_sources_sha256("moe_nvfp4")
+    assert answers["answers"]['outputs "moe_fused"'] == ["a1", "a2", "out_fused"]
+    answers["answers"]['outputs "moe_fused"'] = ["planted"]
+    kept.write_text(json.dumps(answers))
+    with pytest.raises(CasebookError, match="variant moe_fused returns 'planted'"):
+        config.load_case(case_dir, "moe_nvfp4")
+    answers["sources_sha256"] = "0" * 64  # the kernel sources changed since
+    kept.write_text(json.dumps(answers))
+    config.load_case(case_dir, "moe_nvfp4")
+    assert json.loads(kept.read_text())["answers"]['outputs "moe_fused"'] == \
+        ["a1", "a2", "out_fused"]
+
+
+def test_a_config_with_kept_answers_loads_without_jax(case_dir, tmp_path):
+    """What Snakemake's process does on every rerun: no kernel package, no jax."""
+    script = ("import sys; from casebook import config; "
+              f"[config.load_case({str(case_dir)!r}, c) for c in {CASES!r}]; "
+              "print(sorted(m for m in ('jax', 'kernels.splash_attention', "
+              "'kernels.moe_nvfp4', 'kernels.grouped_gemm_fp8_bf16') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": f"{paths.SOURCE_ROOT / 'workflow'}:{paths.SOURCE_ROOT}"}
+    imported = [subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, check=True).stdout.strip()
+                for _ in range(2)]
+    assert imported[0] != "[]"  # first: asked, so imported
+    assert imported[1] == "[]"
 
 
 def test_errors_name_a_file_under_the_current_directory_relative_to_it(case_dir,

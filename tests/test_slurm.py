@@ -23,6 +23,7 @@ from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_
 from test_workflow import edited, make_project, snakemake, tiny_case
 
 from casebook import paths
+from tests.projects import finished_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -82,9 +83,7 @@ def cluster_project(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
     """The same tiny config run locally and through SLURM: ``(local, remote, output)``."""
-    local = make_project(tmp_path_factory.mktemp("local"), tiny_case())
-    done = snakemake(local)
-    assert done.returncode == 0, done.stderr[-4000:]
+    local = finished_run(tmp_path_factory, tiny_case())
     remote = cluster_project(tmp_path_factory.mktemp("remote"))
     done = on_cluster(remote)
     assert done.returncode == 0, done.stderr[-6000:]

@@ -19,7 +19,15 @@ import pytest
 import yaml
 
 from casebook import archive, conditions, fmt, paths
-from tests.projects import make_project, snakemake, tiny_case, tiny_moe_case
+from tests.projects import (
+    finished_run,
+    make_project,
+    moved,
+    session_root,
+    snakemake,
+    tiny_case,
+    tiny_moe_case,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -69,10 +77,7 @@ def edited(path: Path, text: str):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    project = make_project(tmp_path_factory.mktemp("e2e"), tiny_case(), tiny_moe_case())
-    done = snakemake(project)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return project
+    return finished_run(tmp_path_factory, tiny_case(), tiny_moe_case())
 
 
 def test_fresh_run_publishes_every_figure_with_six_conditions(project):
@@ -328,16 +333,14 @@ def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
         assert restored.returncode == 0, restored.stderr[-3000:]
 
 
-def test_a_moved_checkout_reruns_nothing(project, tmp_path):
-    """Nothing a rule reads, nor any record, names the folder the project sits in."""
-    moved = tmp_path / "elsewhere"
-    shutil.copytree(project.parent, moved, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    config = moved / "tiny.yaml"
-    config.write_text(config.read_text().replace(str(project.parent), str(moved)))
-    assert dry_run_jobs(moved / "project") == []
-    named = [p for p in (moved / "project/results").rglob("*")
-             if p.is_file() and str(project.parent) in p.read_text(errors="replace")]
+def test_a_moved_checkout_reruns_nothing(project, tmp_path, tmp_path_factory):
+    """Nothing a rule reads, nor any record, names the folder the project sits in (the
+    run was made in another folder of this session, then copied: see finished_run)."""
+    elsewhere = moved(project, tmp_path / "elsewhere")
+    assert dry_run_jobs(elsewhere) == []
+    sat_in = str(session_root(tmp_path_factory))
+    named = [p for p in (elsewhere / "results").rglob("*")
+             if p.is_file() and sat_in in p.read_text(errors="replace")]
     assert not named
 
 

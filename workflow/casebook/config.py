@@ -19,8 +19,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from casebook import cases, paths
+from casebook import paths
 from casebook.errors import CasebookError, shown
+from casebook.plugin_answers import PluginAnswers
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -179,11 +180,13 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
             raise CasebookError(path, f"points.{i}.params.dtype", f"no tolerance for {dtype!r}")
     for i, point in enumerate(case["build_only_points"]):
         validate(path, point["params"], point_schema, prefix=f"build_only_points.{i}.params")
-    _check_with_plugin(path, case, cases.load(name))
+    answers = PluginAnswers(name)
+    _check_with_plugin(path, case, answers)
+    answers.save()
     return case
 
 
-def _check_with_plugin(path: Path, case: dict[str, Any], plugin: Any) -> None:
+def _check_with_plugin(path: Path, case: dict[str, Any], plugin: PluginAnswers) -> None:
     """What only the case's kernel package knows, checked before any job runs: every
     variant and baseline it has, every point it can run (``check_params``: build-only
     points are built, so they count), and a tolerance for every output a variant or a
@@ -198,7 +201,7 @@ def _check_with_plugin(path: Path, case: dict[str, Any], plugin: Any) -> None:
                 raise CasebookError(path, f"{group}.{i}.name", str(error)) from None
     for group in ("points", "build_only_points"):
         for i, point in enumerate(case[group]):
-            found = cases.params_problem(plugin, point["params"])
+            found = plugin.params_problem(point["params"])
             if found is not None:
                 raise CasebookError(path, f"{group}.{i}.params.{found[0]}", found[1])
     for point in case["points"]:

@@ -26,6 +26,8 @@ one results folder per machine::
     build/site/<part>/, build/site/pages/<case>.json           the site's parts before
                                                                publishing; how each page went
     build/<case>/...                                           compilers' outputs and caches
+    build/plugin_answers/<case>.json                           the case plug-in's answers
+                                                               to the config check
 
 Paths are relative to the working directory (Snakemake's ``--directory``); sources
 (configs, schemas, kernels, templates) are relative to SOURCE_ROOT. Functions accept
@@ -77,6 +79,11 @@ def kernel_dir(case: str) -> Path:
 def build_dir(case: str) -> str:
     """A case's compiler outputs and caches (cubins, binaries); not committed."""
     return f"{BUILD}/{case}"
+
+
+def plugin_answers(case: str) -> str:
+    """What the case's plug-in answered the config check, by its sources' hash."""
+    return f"{BUILD}/plugin_answers/{case}.json"
 
 
 def target_dir(target: str) -> str:

@@ -1,0 +1,62 @@
+"""The case plug-in's answers to the config check (``config.load_case``), kept by the
+hash of the kernel sources the case imports (``provenance.kernel_sources_sha256``, what
+makes its records stale). While the sources are unchanged, a process that loads a case
+config (Snakemake's, on every rerun; each job's) imports no kernel package, and no jax."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from casebook import cases, paths, provenance, records
+
+
+class PluginAnswers:
+    """``outputs``, ``baseline_outputs`` and ``params_problem`` of a case's plug-in, as the
+    plug-in answers them; the plug-in is imported at the first question not yet kept. An
+    error (a name the case does not have) is raised each time, never kept."""
+
+    def __init__(self, case: str):
+        self.case = case
+        self.file = Path(paths.plugin_answers(case))
+        self.sources_sha256 = provenance.kernel_sources_sha256(case)
+        self.kept = self._read()
+        self.added = False
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.file.read_text())
+        except (OSError, ValueError):  # none yet, or unreadable: asked again
+            return {}
+        if not isinstance(data, dict) or data.get("sources_sha256") != self.sources_sha256:
+            return {}
+        return data.get("answers", {})
+
+    def _ask(self, question: str, argument: Any) -> Any:
+        key = f"{question} {json.dumps(argument, sort_keys=True)}"
+        if key not in self.kept:
+            plugin = cases.load(self.case)
+            answer = (cases.params_problem(plugin, argument) if question == "params_problem"
+                      else getattr(plugin, question)(argument))
+            self.kept[key] = None if answer is None else list(answer)
+            self.added = True
+        return self.kept[key]
+
+    def outputs(self, variant: str) -> tuple[str, ...]:
+        return tuple(self._ask("outputs", variant))
+
+    def baseline_outputs(self, name: str) -> tuple[str, ...]:
+        return tuple(self._ask("baseline_outputs", name))
+
+    def params_problem(self, params: dict[str, Any]) -> tuple[str, str] | None:
+        found = self._ask("params_problem", params)
+        return None if found is None else tuple(found)
+
+    def save(self) -> None:
+        """Keep what was newly answered (written whole, then renamed)."""
+        if self.added:
+            records.atomic_write_text(self.file, json.dumps(
+                {"case": self.case, "sources_sha256": self.sources_sha256,
+                 "answers": self.kept}, indent=1, sort_keys=True))
+            self.added = False
