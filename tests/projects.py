@@ -112,4 +112,4 @@ def finished_run(tmp_path_factory, *cases: dict) -> Path:
                                            "stderr": done.stderr[-4000:]}))
         ran = json.loads(outcome.read_text())
     assert ran["returncode"] == 0, ran["stderr"]
-    return moved(root / "project", tmp_path_factory.mktemp("run"))
+    return moved(root / "project", tmp_path_factory.mktemp("run") / "copy")

@@ -4,7 +4,8 @@
 (its ``main`` renamed) and reuses its kernel types, so the binary runs exactly the
 example's kernels. A compile takes ~90-120 s and ~5 GB, so the binary is cached under
 the build tree by a hash of everything that determines it: the harness, the example's
-sources, the wheel's version, the flags and ``nvcc --version``. A host whose nvcc differs
+sources, the wheel's version, the flags and ``nvcc --version``, and kept per user by the
+same key (``user_cache``), where a fresh clone finds it. A host whose nvcc differs
 from the one that built a cached binary of the same sources (an offline GPU host given
 the build made where the pinned nvcc is) uses that binary rather than compiling, and
 its facts name the nvcc that built it.
@@ -12,10 +13,12 @@ its facts name the nvcc that built it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -73,6 +76,52 @@ def _cached(folder: Path) -> dict | None:
     return {**json.loads(facts_file.read_text()), "cached": True}
 
 
+def user_cache() -> Path:
+    """Builds kept for every clone of this user: $CASEBOOK_CACHE, else
+    $XDG_CACHE_HOME/casebook, else ~/.cache/casebook; ``ex69/<cache_key>`` in it."""
+    if os.environ.get("CASEBOOK_CACHE"):
+        return Path(os.environ["CASEBOOK_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "casebook"
+
+
+def _settled(final: Path, source: Path) -> None:
+    """``source`` copied to ``final`` through a partial folder renamed when complete (never
+    half a cache); a complete ``final`` (another process's) is left as it is."""
+    if _cached(final) is not None:
+        return
+    partial = final.with_name(f"{final.name}.{os.getpid()}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
+    shutil.rmtree(final, ignore_errors=True)  # an incomplete one
+    try:
+        partial.rename(final)
+    except OSError:  # settled meanwhile by another process
+        shutil.rmtree(partial, ignore_errors=True)
+        if _cached(final) is None:
+            raise
+
+
+def _from_user_cache(final: Path) -> dict | None:
+    """The user's cached build of this key, copied into ``final`` (a build tree stays whole
+    on its own: the GPU host's bundle packs it), its facts naming the copies."""
+    kept = user_cache() / "ex69" / final.name
+    if _cached(kept) is None:
+        return None
+    _settled(final, kept)
+    facts_file = final / "compile.json"
+    facts = {**json.loads(facts_file.read_text()), "binary": str(final / "ex69_harness"),
+             "library": str(final / "libex69.so")}
+    facts_file.write_text(json.dumps(facts, indent=1))
+    return {**facts, "cached": True}
+
+
+def _keep_for_user(final: Path) -> None:
+    """A fresh build, kept for the user's other clones; a home that cannot hold it keeps
+    nothing (the build tree still has it)."""
+    with contextlib.suppress(OSError):
+        _settled(user_cache() / "ex69" / final.name, final)
+
+
 def _built_by_another_nvcc(build_dir: str) -> dict | None:
     """A cached build of these sources by any nvcc (e.g. carried from the pinned one)."""
     key = sources_key()
@@ -100,7 +149,8 @@ def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
     resources, or why not."""
     version = nvcc_version(nvcc)
     final = Path(build_dir) / "ex69" / cache_key(version or "")
-    found = (_cached(final) if version else None) or _built_by_another_nvcc(build_dir)
+    found = ((_cached(final) or _from_user_cache(final)) if version else None) \
+        or _built_by_another_nvcc(build_dir)
     if found is not None:
         return found
     if version is None:
@@ -121,6 +171,7 @@ def build(build_dir: str, nvcc: Path | None = NVCC) -> dict:
              "flags": list(FLAGS),
              "kernels": _resources(binary)}
     facts_file.write_text(json.dumps(facts, indent=1))
+    _keep_for_user(final)
     return {**facts, "cached": False}
 
 
