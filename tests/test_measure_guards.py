@@ -210,6 +210,44 @@ def test_a_slow_call_takes_one_early_return_probe_and_a_cheat_is_still_refused(r
     assert len(calls) == 2 * (guards.RECHECKS + 1)
 
 
+def partly_cached(clock: Clock) -> Runnable:
+    """Four units of work on a set's first call, one on each later call: a reuse whose
+    samples still take a median past SLOW_CALL_S (when a unit takes SLOW_S)."""
+    seen = set()
+
+    def call(x):
+        clock.work += 1 if id(x) in seen else 4
+        seen.add(id(x))
+        return x * 2
+    return runnable(call)
+
+
+@pytest.mark.parametrize("make", [honest, partly_cached])
+def test_a_slow_call_takes_two_fresh_sets_and_a_reuse_is_still_refused(rng, make):
+    """At a median past SLOW_CALL_S two fresh sets decide: honest work passes on them; a
+    reuse is slow on their first calls and on every re-check."""
+    clock = Clock()
+    r = make(clock)
+    sampled = (rng.standard_normal(64),)
+    r.call(*sampled)  # the samples
+
+    def time_call(args):  # a unit of work takes SLOW_S
+        out, seconds = clock.time_call(r)(args)
+        return out, seconds * SLOW_S / WORK_S
+
+    def check_it():
+        return guards.reused_result(r, sampled, lambda: (rng.standard_normal(64),),
+                                    time_call, SLOW_S)
+    calls = clock.calls
+    if make is honest:
+        found = check_it()
+        assert found["rechecks"] == 0 and "on 2 fresh input sets" in found["detail"]
+        assert clock.calls - calls == guards.SLOW_FRESH_SETS
+        return
+    with pytest.raises(guards.TimerFooled, match=f"on each of {guards.RECHECKS} re-checks"):
+        check_it()
+
+
 @pytest.mark.parametrize("stalled", [1, 3, 7, 8, 15])
 def test_unseen_work_is_judged_on_the_median_sample(rng, stalled):
     """A few samples whose barrier was preempted (ms each, on a loaded host) pass; device

@@ -55,11 +55,13 @@ RECHECKS = 5
 # process (a barrier preempted for ms on a loaded host) inflates a few samples' barriers.
 UNSEEN_SHARE = 0.05
 PROBES = 3
-# From this median on, one early-return probe (two calls and a settling pause of twice
-# the median) decides as well as three: the margin, LAG_SHARE of the median (25 ms and
-# up), is far above any fetch jitter or stall, and a lag is re-checked all the same. An
-# interpret-mode kernel takes seconds a call, and three probes cost 12 medians.
+# From this median on, one early-return probe (two calls and a settling pause of a
+# median) decides as well as three, and two fresh sets (the fewest whose outputs can be
+# compared) as well as three for the reuse guard: the margins, LAG_SHARE (25 ms and up)
+# and REUSE_FACTOR of the median, are far above any fetch jitter or first-call cost, and
+# a suspicion is re-checked all the same. An interpret-mode kernel takes seconds a call.
 SLOW_CALL_S = 0.1
+SLOW_FRESH_SETS = 2
 
 
 class Unmeasurable(RuntimeError):
@@ -101,7 +103,9 @@ def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> di
             immediate.append(fetch_now)
             out = runnable.call(*args)
             runnable.sync(out)
-            time.sleep(max(2 * median, 2 * fetch_now, 0.005))  # let anything pending finish
+            # Let anything pending finish: work pending past this pause still shows a lag
+            # of the pause, a median, 4x the LAG_SHARE margin.
+            time.sleep(max(median, 2 * fetch_now, 0.005))
             settled.append(_seconds(lambda out=out: runnable.fetch(out))[1])
         return statistics.median(immediate) - statistics.median(settled)
 
@@ -175,10 +179,11 @@ def reused_result(runnable: Runnable, sampled: tuple[Any, ...],
                   time_call: Callable[[tuple[Any, ...]], tuple[Any, float]],
                   median: float) -> dict[str, Any]:
     """Refuse a result reused across samples: first calls on PROBES fresh sets from
-    ``new_set`` much slower than the ``median`` sample, and so again on each of RECHECKS
-    further sets against calls on the ``sampled`` set timed beside them; or two fresh
-    sets giving the identical output."""
-    fresh_sets = [new_set() for _ in range(PROBES)]
+    ``new_set`` (SLOW_FRESH_SETS from a median of SLOW_CALL_S) much slower than the
+    ``median`` sample, and so again on each of RECHECKS further sets against calls on the
+    ``sampled`` set timed beside them; or two fresh sets giving the identical output."""
+    fresh_sets = [new_set() for _ in range(PROBES if median < SLOW_CALL_S
+                                           else SLOW_FRESH_SETS)]
     firsts, outputs = [], []
     for args in fresh_sets:
         out, seconds = time_call(args)
@@ -187,8 +192,8 @@ def reused_result(runnable: Runnable, sampled: tuple[Any, ...],
     # The fastest first call: a memoised result makes every first call slow (it does
     # the work the samples skipped), while a load spike on a busy host slows only some.
     first = min(firsts)
-    detail = (f"fastest first call on {PROBES} fresh input sets {_times(first, median):.2f}× "
-              f"the median")
+    detail = (f"fastest first call on {len(firsts)} fresh input sets "
+              f"{_times(first, median):.2f}× the median")
     rechecks = []
     if _looks_reused(first, median):
         for _ in range(RECHECKS):
