@@ -139,6 +139,12 @@ def test_the_plugins_answers_are_kept_by_the_hash_of_their_sources(case_dir, tmp
     config.load_case(case_dir, "moe_nvfp4")
     assert json.loads(kept.read_text())["answers"]['outputs "moe_fused"'] == \
         ["a1", "a2", "out_fused"]
+    for broken in ('{"sources_sha2', json.dumps({
+            "sources_sha256": provenance.kernel_sources_sha256("moe_nvfp4"), "answers": ["x"]})):
+        kept.write_text(broken)  # a cache, not a record: asked again, and kept whole
+        config.load_case(case_dir, "moe_nvfp4")
+        assert json.loads(kept.read_text())["answers"]['outputs "moe_fused"'] == \
+            ["a1", "a2", "out_fused"]
 
 
 def test_a_config_with_kept_answers_loads_without_jax(case_dir, tmp_path):

@@ -5,6 +5,7 @@ config (Snakemake's, on every rerun; each job's) imports no kernel package, and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ class PluginAnswers:
             return {}
         if not isinstance(data, dict) or data.get("sources_sha256") != self.sources_sha256:
             return {}
-        return data.get("answers", {})
+        answers = data.get("answers")
+        return answers if isinstance(answers, dict) else {}
 
     def _ask(self, question: str, argument: Any) -> Any:
         key = f"{question} {json.dumps(argument, sort_keys=True)}"
@@ -54,8 +56,11 @@ class PluginAnswers:
         return None if found is None else tuple(found)
 
     def save(self) -> None:
-        """Keep what was newly answered (written whole, then renamed)."""
-        if self.added:
+        """Keep what was newly answered (written whole, then renamed); where the build
+        tree cannot hold it, nothing is kept and the plug-in is asked again next time."""
+        if not self.added:
+            return
+        with contextlib.suppress(OSError):
             records.atomic_write_text(self.file, json.dumps(
                 {"case": self.case, "sources_sha256": self.sources_sha256,
                  "answers": self.kept}, indent=1, sort_keys=True))
