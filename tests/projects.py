@@ -22,17 +22,21 @@ MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.0
                "noise_floor": {"size": 64, "rounds": 4, "quantile": 0.75}}
 
 
-def tiny_case(tolerance_scale: float = 1.0) -> dict:
-    """The real case, cut to one point, one build-only point, the port and upstream; the
-    point cut to one head (the interpreter's cost grows with the programs; the sequence
-    length stays, and with it the output's scale against the f16 tolerance, which a 1%
-    bias must stay under). The shipped points are checked whole by the kernel tests."""
+def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu", "upstream")
+              ) -> dict:
+    """The real case, cut to one point, one build-only point, the port and upstream (or
+    ``variants``); the point cut to one head (the interpreter's cost grows with the
+    programs; the sequence length stays, and with it the output's scale against the f16
+    tolerance, which a 1% bias must stay under). The shipped points are checked whole by
+    the kernel tests."""
     case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml").read_text())
     case["points"] = case["points"][:1]
     case["points"][0]["params"].update(heads_q=1, heads_kv=1)
     case["build_only_points"] = case["build_only_points"][:1]
-    case["variants"] = [v for v in case["variants"] if v["name"] in ("mgpu", "upstream")]
-    case["autotune"]["variants"] = ["mgpu"]
+    case["variants"] = [v for v in case["variants"] if v["name"] in variants]
+    case["autotune"]["variants"] = [v for v in ("mgpu",) if v in variants]
+    if not case["autotune"]["variants"]:
+        del case["autotune"]
     case["verify"]["trials"] = 1
     for tol in case["tolerances"].values():
         for one in ([tol] if "atol" in tol else tol.values()):  # one, or one per output

@@ -21,7 +21,7 @@ import yaml
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from casebook import conditions, paths
-from tests.projects import finished_run, snakemake, tiny_case
+from tests.projects import finished_run, snakemake, tiny_case, tiny_moe_case
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -40,10 +40,10 @@ PHONE = {"width": 360, "height": 740}  # a small phone, CSS pixels
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The tiny run's site, its case's title and summary then edited to hold markup (only
-    the pages are rendered again)."""
+    """The e2e tests' tiny run of cases 02 and 01 (``finished_run``), case 02's title and
+    summary then edited to hold markup (only the pages are rendered again)."""
     case = tiny_case()
-    project = finished_run(tmp_path_factory, case)
+    project = finished_run(tmp_path_factory, case, tiny_moe_case())
     case["title"] = f"Splash {HOSTILE}"
     case["summary"] = f"{HOSTILE} {case['summary']}"
     (project.parent / "cases" / f"{case['name']}.yaml").write_text(yaml.safe_dump(case))

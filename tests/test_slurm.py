@@ -5,6 +5,10 @@ The cluster's ``gpu`` partition holds a stand-in GPU (gres backed by /dev/null, 
 feature ``standin``). This machine measures the ``cpu`` target, so the test's config asks
 ``cpu`` jobs for what a GPU target's jobs ask for (``gpus: 1``, ``constraint: standin``),
 as a site maps ``h100`` to its H100 nodes, and checks where each job ran.
+
+The tiny config runs upstream's variant alone (``CASE``): every rule still runs, and the
+port's interpret-mode time job, a minute of work with nothing SLURM-specific in it, would
+only hold the run (the executor's status checks back off while no job finishes).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tests.projects import finished_run
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 PROFILE = paths.SOURCE_ROOT / "workflow/profiles/slurm"
+CASE = tiny_case(variants=("upstream",))
 GPU_RULES = {"env", "host", "lower", "verify", "noise_floor", "time", "baseline"}
 CPU_RULES = {"build", "check_power", "figures", "page", "methods", "static", "index", "site"}
 MEASUREMENT_RULES = {"noise_floor", "time", "baseline"}
@@ -69,7 +74,7 @@ def on_cluster(project: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def cluster_project(root: Path) -> Path:
-    project = make_project(root, tiny_case())
+    project = make_project(root, CASE)
     (root / "cluster.yaml").write_text(yaml.safe_dump({
         "targets": ["cpu"],
         "cluster": {"cpu": {"gpus": 1, "constraint": FEATURE},
@@ -83,7 +88,7 @@ def cluster_project(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
     """The same tiny config run locally and through SLURM: ``(local, remote, output)``."""
-    local = finished_run(tmp_path_factory, tiny_case())
+    local = finished_run(tmp_path_factory, CASE)
     remote = cluster_project(tmp_path_factory.mktemp("remote"))
     done = on_cluster(remote)
     assert done.returncode == 0, done.stderr[-6000:]
@@ -157,7 +162,7 @@ def test_the_site_is_the_local_runs_site(runs):
 
 def test_a_failed_job_is_reported_with_its_slurm_id_and_log(runs):
     _, remote, _ = runs
-    point = tiny_case()["points"][0]["name"]
+    point = CASE["points"][0]["name"]
     record = remote / f"results/cpu/splash_attention/time/upstream/{point}.json"
     with edited(record, record.read_text()[:100]):
         done = on_cluster(remote, "--forcerun", "figures")
