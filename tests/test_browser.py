@@ -193,7 +193,7 @@ def test_every_figure_shows_its_six_conditions_beside_it(browser, root, pages):
                 assert section.locator("ul > li").first.is_visible(), \
                     f"{url}: condition {section.locator('h4').inner_text()} shows no line"
     visit.close()
-    assert figures == 3  # correctness, build (shared memory) and timing
+    assert figures == 6  # correctness, build (shared memory) and timing of cases 02 and 01
 
 
 def test_every_internal_link_resolves(browser, root, pages):
