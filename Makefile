@@ -43,7 +43,7 @@ HOST_BIN := $(CURDIR)/$(REHEARSAL)/host/bin
 CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13/bin))
 TREE := $(CURDIR)/$(REHEARSAL)/tree
 IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
-	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)/workflow:$(TREE)
+	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)/workflow:$(TREE)/workflow/plugins:$(TREE)
 # Each case's interpret-mode and lowering tests under jax 0.11.2, a worker per core: 7.5 min
 # on one core (jax 0.11.2's Mosaic GPU layout inference takes 50 s for each of the fused MoE
 # kernel's two lowerings); `timeout` stops a hang.
@@ -68,7 +68,15 @@ $(STAMP): env/$(LOCK).lock env/reference.lock
 		--require-hashes -r env/reference.lock
 	sha256sum env/$(LOCK).lock env/reference.lock > $@
 
-env: $(STAMP)
+# Snakemake finds its logger plugin (workflow/plugins: the progress line per stage) on
+# sys.path when it starts, before it reads the Snakefile: the venv lists that folder.
+PLUGINS_PTH := $(VENV)/.plugins-pth
+$(PLUGINS_PTH): $(STAMP)
+	echo "$(CURDIR)/workflow/plugins" > \
+		"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/casebook-plugins.pth"
+	touch $@
+
+env: $(STAMP) $(PLUGINS_PTH)
 
 # A killed run resumes by itself: make holds its own lock on the folder (flock, released
 # when the process holding it dies), so a Snakemake lock found then is a killed run's and

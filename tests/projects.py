@@ -15,7 +15,7 @@ import yaml
 
 from casebook import paths
 
-SOURCES = ["Snakefile", "workflow", "kernels", "configs", "site", "env", "benchmarks"]
+SOURCES = ["Snakefile", "profiles", "workflow", "kernels", "configs", "site", "env", "benchmarks"]
 # A loose target and few A/A rounds keep the run short; the protocol is the real one.
 MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.05,
                "min_samples": 5, "min_time_s": 0.001, "timeout_s": 5, "confidence": 0.9,
@@ -100,7 +100,8 @@ def session_root(tmp_path_factory) -> Path:
 
 
 def finished_run(tmp_path_factory, *cases: dict) -> Path:
-    """A copy of a project that ran ``cases`` to the end (``snakemake`` exit 0). The run is
+    """A copy of a project that ran ``cases`` to the end (``snakemake`` exit 0; its stderr
+    beside the project, in ``snakemake.stderr``). The run is
     made once per test session, by the first test (of any xdist worker) that asks for it,
     under a file lock; every caller gets its own copy to change."""
     shared = session_root(tmp_path_factory)
@@ -112,6 +113,7 @@ def finished_run(tmp_path_factory, *cases: dict) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
             done = snakemake(make_project(root, *cases))
+            (root / "snakemake.stderr").write_text(done.stderr)
             outcome.write_text(json.dumps({"returncode": done.returncode,
                                            "stderr": done.stderr[-4000:]}))
         ran = json.loads(outcome.read_text())

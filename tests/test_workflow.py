@@ -186,6 +186,20 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
         assert ("×" in line) == line.split(": ")[1].startswith(("FASTER", "SLOWER"))
 
 
+def test_the_run_printed_its_progress_per_stage(project):
+    """The logger plugin of the default profile: a line per finished job, the last one
+    with every stage done, as many jobs as Snakemake finished."""
+    err = (project.parent / "snakemake.stderr").read_text()
+    lines = re.findall(r"^casebook: (\d+)/(\d+) jobs · (.*)$", err, re.MULTILINE)
+    finished = len(re.findall(r"^Finished jobid: ", err, re.MULTILINE))
+    assert len(lines) >= finished > 0
+    done, total, stages = lines[-1]
+    assert int(done) == int(total) == finished
+    counts = dict(re.fullmatch(r"(\w+) (\d+/\d+)", s).groups() for s in stages.split(" · "))
+    assert {"lower", "verify", "time", "baseline", "figures", "page", "site"} <= counts.keys()
+    assert all(a == b for a, b in (c.split("/") for c in counts.values()))
+
+
 def test_second_run_does_nothing(project):
     done = snakemake(project, "--dry-run")
     assert done.returncode == 0
