@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from casebook.measure import engine, gpu, noise, table
-from kernels.runnable import Runnable
+from kernels import contract
+from kernels.contract import Runnable
 
 QUICK = {"criterion": "median_precision", "target": 0.01, "timeout_s": 10.0}
 
@@ -36,8 +37,7 @@ def memset_workload(tools: gpu.Tools, nbytes: int = 256 * 2**20) -> engine.Workl
         prepare=lambda d: (d["value"],), call=call,
         sync=lambda out: gpu.checked(cudart.cudaStreamSynchronize(stream),
                                      "cudaStreamSynchronize"),
-        fetch=np.asarray, execution={"mode": "cudart memset", "interpret": False,
-                                     "poisoned": False, "race_detection": False},
+        fetch=np.asarray, execution=contract.execution("cudart memset"),
         stream=stream, barrier=lambda: gpu.synchronize(tools))
     return engine.Workload(runnable, lambda rng: {"value": rng.integers(0, 256, 1)})
 

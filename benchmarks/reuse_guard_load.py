@@ -36,7 +36,7 @@ import numpy as np
 from benchmarks.workloads import RESULTS
 from casebook import records
 from casebook.measure import engine, guards
-from kernels.runnable import Runnable
+from kernels.contract import Runnable
 
 SIDE = 256  # a 256×256 float64 matmul: ~0.4 ms on 2 cores, OpenBLAS threads on
 # A cheat hides or skips 4 of them (~1.5 ms), well above the guards' absolute margins

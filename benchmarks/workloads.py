@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from casebook.measure import clocks, engine, stats, stopping
-from kernels.runnable import Runnable
+from kernels import contract
+from kernels.contract import Runnable
 
 RESULTS = Path(__file__).parent / "results"
 # One unit of work: a 64×64 float64 matmul (~10 µs on one core); a workload of cost c
@@ -27,9 +28,7 @@ def repeated_matmul(reps: int) -> engine.Workload:
         return out
 
     runnable = Runnable(prepare=lambda d: (d["a"], d["b"]), call=call, sync=lambda out: None,
-                        fetch=np.asarray, execution={"mode": "numpy", "interpret": False,
-                                                     "poisoned": False,
-                                                     "race_detection": False})
+                        fetch=np.asarray, execution=contract.execution("numpy"))
     return engine.Workload(runnable, lambda rng: {
         "a": rng.standard_normal((SIDE, SIDE)), "b": rng.standard_normal((SIDE, SIDE))})
 

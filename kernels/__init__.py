@@ -1,1 +1,1 @@
-"""One package per case study; each exposes the surface casebook.cases documents."""
+"""One package per case study; each defines the functions kernels.contract lists."""

@@ -17,6 +17,8 @@ import importlib
 import os
 from typing import Any
 
+from kernels import contract
+
 # The interpreter runs each warpgroup of a CTA as its own XLA computation, and a
 # warpgroup's barrier wait blocks the XLA CPU worker thread it runs on. XLA sizes that
 # pool to the usable cores unless PJRT_NPROC says otherwise (read once, when the CPU
@@ -86,23 +88,21 @@ def placement(purpose: str) -> tuple[Any, dict[str, Any]]:
     (``NotRunnable``): the kernels are Hopper (sm_90a) kernels."""
     import jax
 
-    from casebook.cases import NotRunnable
-
     start_host_backend()
     device = jax.devices()[0]
     if device.platform == "cpu":
         races = purpose == "check"
-        return interpret_params(race_detection=races), {
-            "mode": "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised "
-                    "shared memory = NaN" + (", race detection on)" if races else ")"),
-            "interpret": True, "poisoned": True, "race_detection": races,
-            "xla_cpu_pool_workers": host_pool_workers()}
+        return interpret_params(race_detection=races), contract.execution(
+            "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised shared memory "
+            "= NaN" + (", race detection on)" if races else ")"),
+            interpret=True, poisoned=True, race_detection=races,
+            xla_cpu_pool_workers=host_pool_workers())
     capability = getattr(device, "compute_capability", None)
     if capability != "9.0":
-        raise NotRunnable(f"a Hopper (sm_90a) kernel; this host's {device.device_kind} has "
-                          f"compute capability {capability}")
-    return None, {"mode": f"Pallas Mosaic GPU kernel on {device.device_kind} (sm_90a)",
-                  "interpret": False, "poisoned": False, "race_detection": False}
+        raise contract.NotRunnable(f"a Hopper (sm_90a) kernel; this host's "
+                                   f"{device.device_kind} has compute capability {capability}")
+    return None, contract.execution(f"Pallas Mosaic GPU kernel on {device.device_kind} "
+                                    "(sm_90a)")
 
 
 def interpret_params(race_detection: bool = True):

@@ -30,7 +30,8 @@ from casebook import (
     verify,
 )
 from casebook.errors import CasebookError
-from kernels.runnable import Runnable
+from kernels import contract
+from kernels.contract import Runnable
 from kernels.splash_attention import autotune as candidates_of
 from kernels.splash_attention import mgpu, mgpu_backward, mgpu_forward
 from tests.projects import MEASUREMENT, make_project, snakemake, tiny_case
@@ -126,12 +127,11 @@ def test_a_candidate_that_failed_verification_is_never_picked_even_if_fastest(rn
 
 def fake_plugin(wrong: set[int]) -> SimpleNamespace:
     """A case computing y = 2x with tile rows {"w": n}; rows in ``wrong`` compute 3x."""
-    def kernel(variant, params, purpose):
+    def kernel(variant, params, purpose, build_dir=None):
         factor = 3.0 if params["tiles"]["w"] in wrong else 2.0
         return Runnable(prepare=lambda inputs: (inputs["x"],), call=lambda x: factor * x,
                         sync=lambda out: None, fetch=lambda out: out,
-                        execution={"mode": "numpy", "interpret": False, "poisoned": False,
-                                   "race_detection": False})
+                        execution=contract.execution("numpy"))
 
     return SimpleNamespace(
         make_inputs=lambda params, rng: {"x": rng.standard_normal(params["n"])},
@@ -165,10 +165,9 @@ def test_a_gpu_target_refuses_a_runnable_that_would_run_in_an_interpreter(tmp_pa
     plugin = fake_plugin(wrong=set())
     interpreted = plugin.kernel
 
-    def kernel(variant, params, purpose):
-        return interpreted(variant, params, purpose)._replace(execution={
-            "mode": "interpreter", "interpret": True, "poisoned": True,
-            "race_detection": False})
+    def kernel(variant, params, purpose, build_dir=None):
+        return interpreted(variant, params, purpose)._replace(execution=contract.execution(
+            "interpreter", interpret=True, poisoned=True))
 
     plugin.kernel = kernel
     with pytest.raises(CasebookError, match="interpreter on target h200"):

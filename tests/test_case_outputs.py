@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from casebook import cases, config, verify
+from casebook import cases, config, paths, verify
+from kernels import contract
 
 pytestmark = pytest.mark.timeout(600)
 CASES = ("splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16")
@@ -36,8 +37,8 @@ def declared(case: str, group: str, name: str) -> tuple[str, ...]:
 def runnable(case: str, group: str, name: str, params: dict):
     plugin = cases.load(case)
     if group == "variants":
-        return plugin.kernel(name, params, "check")
-    return plugin.baseline(name, params)
+        return plugin.kernel(name, params, "check", build_dir=paths.build_dir(case))
+    return plugin.baseline(name, params, build_dir=paths.build_dir(case))
 
 
 def returned(run, inputs: dict) -> tuple[str, ...]:
@@ -46,7 +47,7 @@ def returned(run, inputs: dict) -> tuple[str, ...]:
         import jax
 
         shape = jax.eval_shape(run.call, *run.prepare(inputs))
-        return tuple(shape) if isinstance(shape, dict) else (cases.SINGLE_OUTPUT,)
+        return tuple(shape) if isinstance(shape, dict) else (contract.SINGLE_OUTPUT,)
     return tuple(verify.named(run.fetch(run.call(*run.prepare(inputs)))))
 
 
@@ -60,7 +61,7 @@ def test_declared_outputs_are_what_the_runnable_returns(case, group, name):
         assert set(outputs) <= set(want), f"the oracle has no {set(outputs) - set(want)}"
         try:
             run = runnable(case, group, name, params)
-        except cases.NotRunnable as reason:
+        except contract.NotRunnable as reason:
             reasons.append(str(reason))
             continue
         assert sorted(returned(run, inputs)) == sorted(outputs)
@@ -79,6 +80,6 @@ def test_an_unknown_name_is_refused(case):
 
 
 def test_every_case_exposes_the_declarations():
-    assert {"outputs", "baseline_outputs"} <= set(cases.SURFACE)
+    assert {"outputs", "baseline_outputs"} <= set(contract.REQUIRED)
     for case in CASES:
         cases.load(case)  # raises naming the first function of the surface missing

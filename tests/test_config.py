@@ -14,7 +14,7 @@ import yaml
 
 from casebook import config, paths, provenance, timing
 from casebook.errors import CasebookError
-from kernels.runnable import Runnable
+from kernels.contract import Runnable
 
 CASE = "splash_attention"
 CASES = ("splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16")

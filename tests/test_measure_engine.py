@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from casebook.measure import cache, clocks, engine, gpu, guards, noise, throttle
-from kernels.runnable import Runnable
+from kernels.contract import Runnable
 
 pytestmark = pytest.mark.timeout(120)
 QUICK = engine.Settings(warmup_calls=2, criterion="fixed_count", count=15)

@@ -12,7 +12,7 @@ import pytest
 
 from casebook.measure import engine, guards
 from casebook.measure.clocks import Timing
-from kernels.runnable import Runnable
+from kernels.contract import Runnable
 
 pytestmark = pytest.mark.timeout(120)
 WORK_S = 1e-3  # what the samples measured: one unit of work

@@ -13,6 +13,7 @@ from jax.experimental import pallas as pl
 
 from casebook import cases
 from casebook.verify import compare
+from kernels import contract
 from kernels.splash_attention import upstream
 
 splash = cases.load("splash_attention")
@@ -114,12 +115,12 @@ def test_the_port_runs_for_real_on_an_sm90_gpu_and_nowhere_else(monkeypatch, var
         assert not runnable.execution["interpret"]
         assert runnable.execution["mode"] == "Pallas Mosaic GPU kernel on NVIDIA H200 (sm_90a)"
     gpu.compute_capability, gpu.device_kind = "10.0", "NVIDIA B200"
-    with pytest.raises(cases.NotRunnable, match=r"B200 has compute capability 10\.0"):
+    with pytest.raises(contract.NotRunnable, match=r"B200 has compute capability 10\.0"):
         splash.kernel(variant, PORT_POINTS["mha_causal_f16"], "check")
 
 
 def test_a_baseline_without_soft_cap_is_not_runnable_at_such_a_point():
-    with pytest.raises(cases.NotRunnable, match="soft cap"):
+    with pytest.raises(contract.NotRunnable, match="soft cap"):
         splash.baseline("xla_dot_product_attention", PACKED)
 
 
@@ -130,7 +131,7 @@ def test_a_baseline_without_soft_cap_is_not_runnable_at_such_a_point():
     (PACKED, "no segment ids or logit soft cap")])
 def test_upstream_attention_mgpu_says_why_it_cannot_run(params, why):
     """On this CPU host every point is refused, with the first reason that applies."""
-    with pytest.raises(cases.NotRunnable, match=why):
+    with pytest.raises(contract.NotRunnable, match=why):
         splash.baseline("attention_mgpu", params)
 
 
@@ -141,7 +142,7 @@ def test_upstream_attention_mgpu_says_why_it_cannot_run(params, why):
     (PACKED, "no logit soft cap"),
     ({**PORT_POINTS["mha_causal_f16"], "segments": 2}, "not segment ids")])
 def test_cudnn_attention_says_why_it_cannot_run(params, why):
-    with pytest.raises(cases.NotRunnable, match=why):
+    with pytest.raises(contract.NotRunnable, match=why):
         splash.baseline("cudnn_dot_product_attention", params)
 
 

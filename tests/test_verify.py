@@ -8,23 +8,24 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from casebook import cases, config, records, verify
+from casebook import config, records, verify
 from casebook.errors import CasebookError
-from kernels.runnable import Runnable
+from kernels import contract
+from kernels.contract import Runnable
 
 LOOSE = {"atol": 1e-3, "rtol": 1e-3, "reason": "loose enough for the test"}
 EXACT = {"atol": 0, "rtol": 0, "reason": "the model says it is exact"}
-SPEC = {"tolerances": {"float32": {"y": LOOSE, "codes": EXACT}}, "verify": {"trials": 2}}
+SPEC = {"name": "fake_case", "tolerances": {"float32": {"y": LOOSE, "codes": EXACT}},
+        "verify": {"trials": 2}}
 PARAMS = {"dtype": "float32", "n": 8}
 
 
 def plugin(kernel_outputs, **extra) -> SimpleNamespace:
     """A case whose oracle answers y = 2x and codes = floor(x); the kernel is given."""
-    def kernel(variant, params, purpose):
+    def kernel(variant, params, purpose, build_dir=None):
         return Runnable(prepare=lambda inputs: (inputs["x"],), call=kernel_outputs,
                         sync=lambda out: None, fetch=lambda out: out,
-                        execution={"mode": "numpy", "interpret": False, "poisoned": False,
-                                   "race_detection": False})
+                        execution=contract.execution("numpy"))
 
     return SimpleNamespace(
         make_inputs=lambda params, rng: {"x": rng.standard_normal(params["n"]) * 4},
@@ -86,8 +87,8 @@ def test_a_case_may_compare_an_output_its_own_way():
 
 
 def test_a_kernel_that_cannot_run_here_is_recorded_as_not_run(tmp_path):
-    def kernel(variant, params, purpose):
-        raise cases.NotRunnable("needs an sm_90a GPU; this host has none")
+    def kernel(variant, params, purpose, build_dir=None):
+        raise contract.NotRunnable("needs an sm_90a GPU; this host has none")
 
     found = check(SimpleNamespace(**{**vars(plugin(None)), "kernel": kernel}))
     assert found["ran"] is False and found["passed"] is False and found["checks"] == []

@@ -9,12 +9,13 @@ only on an sm_90 GPU (``device``). Baselines: XLA's bf16 ragged_dot on pre-conve
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from casebook import paths
-from casebook.cases import SINGLE_OUTPUT, NotRunnable
+from kernels import contract
+from kernels.contract import SINGLE_OUTPUT, NotRunnable, Runnable
 from kernels.grouped_gemm_fp8_bf16 import (
     baselines,
     builds,
@@ -24,7 +25,6 @@ from kernels.grouped_gemm_fp8_bf16 import (
     problem,
     reference,
 )
-from kernels.runnable import Runnable
 
 CASE = "grouped_gemm_fp8_bf16"
 VARIANTS = ("model", "cute_dsl", "cutlass_ex69")
@@ -64,9 +64,10 @@ def baseline_outputs(name: str) -> tuple[str, ...]:
     return (SINGLE_OUTPUT,)
 
 
-def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
+          ) -> dict[str, Any]:
     _check_variant(variant)
-    return builds.build(variant, problem.from_params(params), paths.build_dir(CASE))
+    return builds.build(variant, problem.from_params(params), _kept_in(build_dir))
 
 
 def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
@@ -88,27 +89,36 @@ def mutants(params: dict[str, Any]):
     return near_misses.mutants(params)
 
 
-def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+def kernel(variant: str, params: dict[str, Any], purpose: str,
+           build_dir: Path | None = None) -> Runnable:
     _check_variant(variant)
     grouped = problem.from_params(params)
     if variant == "model":
         return model_runnable(grouped)
-    return _on_gpu(variant, grouped, purpose)
+    return _on_gpu(variant, grouped, purpose, build_dir)
 
 
-def _on_gpu(name: str, grouped: problem.GroupedProblem, purpose: str) -> Runnable:
+def _on_gpu(name: str, grouped: problem.GroupedProblem, purpose: str,
+            build_dir: Path | None) -> Runnable:
     """A GPU variant or baseline; NotRunnable where no sm_90 GPU is found. Example 69 is
     checked through its harness on files and timed through its library."""
     found = device.sm90_device()
     if found is None:
         raise NotRunnable(NO_GPU)
     if name == "cute_dsl":
-        return device.port_runnable(grouped, sms=found[1], build_dir=paths.build_dir(CASE))
+        return device.port_runnable(grouped, sms=found[1], build_dir=_kept_in(build_dir))
     if name == "cutlass_ex69":
         make = device.reference_runnable if purpose == "check" else \
             device.reference_library_runnable
-        return make(grouped, paths.build_dir(CASE))
+        return make(grouped, _kept_in(build_dir))
     return baselines.ragged_dot_bf16(grouped)
+
+
+def _kept_in(build_dir: Path | str | None) -> str:
+    """The folder the builds live in: the compiled port and example 69 are kept there."""
+    if build_dir is None:
+        raise ValueError(f"{CASE} keeps its builds in a folder: pass build_dir")
+    return str(build_dir)
 
 
 def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
@@ -116,24 +126,16 @@ def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
     return Runnable(prepare=lambda inputs: (inputs,),
                     call=lambda inputs: numerics.model(grouped, inputs),
                     sync=lambda out: None, fetch=np.asarray,
-                    execution={"mode": "numpy model of the kernel's arithmetic on the host "
-                                       "CPU (not a kernel)", "subject": "numerics model",
-                               "interpret": False, "poisoned": False,
-                               "race_detection": False})
+                    execution=contract.execution(
+                        "numpy model of the kernel's arithmetic on the host CPU (not a "
+                        "kernel)", subject="numerics model"))
 
 
-def baseline(name: str, params: dict[str, Any]) -> Runnable:
+def baseline(name: str, params: dict[str, Any], build_dir: Path | None = None
+             ) -> Runnable:
     if name not in BASELINES:
         raise ValueError(f"unknown {CASE} baseline {name!r}; known: {BASELINES}")
-    return _on_gpu(name, problem.from_params(params), "time")
-
-
-def races_found() -> bool:
-    return False  # no interpreter runs here: the GPU variants run natively or not at all
-
-
-def reset() -> None:
-    """Nothing to reset: no interpreter state."""
+    return _on_gpu(name, problem.from_params(params), "time", build_dir)
 
 
 def reference_file() -> str:

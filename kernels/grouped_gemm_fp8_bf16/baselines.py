@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ml_dtypes
 
+from kernels import contract
+from kernels.contract import Runnable
 from kernels.grouped_gemm_fp8_bf16 import numerics
 from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem
-from kernels.runnable import Runnable, from_jax
+from kernels.runnable import from_jax
 
 
 def ragged_dot_bf16(problem: GroupedProblem) -> Runnable:
@@ -26,9 +28,8 @@ def ragged_dot_bf16(problem: GroupedProblem) -> Runnable:
                                  preferred_element_type=jnp.float32)
         return (problem.alpha * acc + problem.beta * c.astype(jnp.float32)).astype(jnp.float16)
 
-    runnable = from_jax(grouped_gemm, ("a", "b_bf16", "c"), {
-        "mode": "XLA ragged_dot on pre-converted bf16 B", "interpret": False,
-        "poisoned": False, "race_detection": False})
+    runnable = from_jax(grouped_gemm, ("a", "b_bf16", "c"),
+                        contract.execution("XLA ragged_dot on pre-converted bf16 B"))
 
     def prepare(inputs):
         numerics.check_inputs(problem, inputs)

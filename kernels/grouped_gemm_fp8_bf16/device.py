@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels import contract
+from kernels.contract import Runnable
 from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, numerics, reference, schedule
 from kernels.grouped_gemm_fp8_bf16.problem import MODES, GroupedProblem
-from kernels.runnable import Runnable
 
 HOPPER = (9, 0)  # compute capability the sm_90a binaries run on
 
@@ -108,8 +109,7 @@ def _on_stream(prepare, call, stream, mode: str) -> Runnable:
 
     return Runnable(prepare=prepare, call=call,
                     sync=lambda out: cuda.cuStreamSynchronize(stream), fetch=np.asarray,
-                    execution={"mode": mode, "interpret": False, "poisoned": False,
-                               "race_detection": False},
+                    execution=contract.execution(mode),
                     stream=stream)
 
 
@@ -141,10 +141,9 @@ def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
     return Runnable(prepare=prepare, call=call, sync=lambda folder: None,
                     fetch=lambda folder: np.fromfile(folder / "d.bin", np.float16).reshape(
                         sum(problem.m), problem.n),
-                    execution={"mode": "CUTLASS example 69 kernel, run by our harness process "
-                                       "on input files (GPU)",
-                               "interpret": False, "poisoned": False,
-                               "race_detection": False})
+                    execution=contract.execution(
+                        "CUTLASS example 69 kernel, run by our harness process on input "
+                        "files (GPU)"))
 
 
 def _library(path: str) -> ctypes.CDLL:

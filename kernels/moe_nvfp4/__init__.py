@@ -1,4 +1,4 @@
-"""Case 01, the masked NVFP4 MoE: the surface the pipeline calls (see casebook.cases).
+"""Case 01, the masked NVFP4 MoE: the surface the pipeline calls (kernels.contract).
 
 Variants (``variants.VARIANTS``) run single stages or the whole path as Pallas Mosaic
 GPU kernels for Hopper, in the Mosaic GPU interpreter on a CPU host, and are lowered
@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels import mgpu_interpret, mgpu_lowering
+from kernels import contract, mgpu_interpret, mgpu_lowering
+from kernels.contract import Runnable
 from kernels.moe_nvfp4 import baselines, checks, inputs, near_misses, oracle_planes
 from kernels.moe_nvfp4 import variants as port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
-from kernels.runnable import Runnable, from_jax
+from kernels.runnable import from_jax
 
 REFERENCE = ("flashinfer", "gemm/kernels/grouped_gemm_masked_blackwell.py")
 MULTIPLES = {"m": 128, "hidden": 256, "inter": 256}  # every variant's tiles divide these
@@ -85,7 +86,8 @@ def _baseline(name: str):
     return baselines.BASELINES[name]
 
 
-def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
+          ) -> dict[str, Any]:
     """Lower every kernel of the variant for sm_90a: grid, block, shared memory."""
     e, m, k, n = inputs.sizes(params)
     artifacts = []
@@ -109,7 +111,8 @@ def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
             for name, value in host.items()}
 
 
-def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+def kernel(variant: str, params: dict[str, Any], purpose: str,
+           build_dir: Path | None = None) -> Runnable:
     """The variant on an sm_90 GPU, or in the Mosaic GPU interpreter on a host without a
     GPU (``check``: with race detection)."""
     e, m, k, n = inputs.sizes(params)
@@ -118,10 +121,10 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     return from_jax(fn, port.INPUTS, execution)._replace(fetch=_fetch)
 
 
-def baseline(name: str, params: dict[str, Any]) -> Runnable:
+def baseline(name: str, params: dict[str, Any], build_dir: Path | None = None
+             ) -> Runnable:
     return from_jax(_baseline(name)(), baselines.INPUTS,
-                    {"mode": "XLA", "interpret": False, "poisoned": False,
-                     "race_detection": False})
+                    contract.execution("XLA"))
 
 
 def races_found() -> bool:

@@ -1,4 +1,4 @@
-"""Case 02, splash attention: the surface the pipeline calls (see casebook.cases).
+"""Case 02, splash attention: the surface the pipeline calls (kernels.contract).
 
 Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run by
 Pallas's interpreter on the host (the reference), and ``upstream_bwd``, its backward
@@ -15,13 +15,14 @@ answers all four.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from casebook.cases import SINGLE_OUTPUT
-from kernels import mgpu_interpret
-from kernels.runnable import Runnable, from_jax
+from kernels import contract, mgpu_interpret
+from kernels.contract import SINGLE_OUTPUT, Runnable
+from kernels.runnable import from_jax
 from kernels.splash_attention import (
     baselines,
     masks,
@@ -110,7 +111,8 @@ def baseline_outputs(name: str) -> tuple[str, ...]:
     return (SINGLE_OUTPUT,)
 
 
-def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
+          ) -> dict[str, Any]:
     """Lower the kernel: the port for CUDA sm_90a; upstream for TPU (Mosaic) and, in
     its interpreted form, for the host."""
     import jax
@@ -144,7 +146,8 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
+def kernel(variant: str, params: dict[str, Any], purpose: str,
+           build_dir: Path | None = None) -> Runnable:
     """The kernel to ``check`` or to ``time``: the port on an sm_90 GPU, or in the Mosaic
     GPU interpreter on a host without a GPU (checking: NaN memory, races); upstream in
     Pallas's TPU interpreter."""
@@ -159,12 +162,13 @@ def kernel(variant: str, params: dict[str, Any], purpose: str) -> Runnable:
     make = upstream.make_backward if backward else upstream.make
     if purpose == "check":
         fn = make(params, interpret=upstream.checking_mode())
-        execution = {"mode": "Pallas TPU interpret mode (uninitialised memory = NaN)",
-                     "interpret": True, "poisoned": True, "race_detection": True}
+        execution = contract.execution(
+            "Pallas TPU interpret mode (uninitialised memory = NaN)", interpret=True,
+            poisoned=True, race_detection=True)
     else:
         fn = make(params, interpret=True)
-        execution = {"mode": "Pallas interpret mode (kernel discharged to XLA on the host)",
-                     "interpret": True, "poisoned": False, "race_detection": False}
+        execution = contract.execution(
+            "Pallas interpret mode (kernel discharged to XLA on the host)", interpret=True)
     return from_jax(fn, names, execution)
 
 
@@ -177,10 +181,10 @@ def reset() -> None:
     mgpu_interpret.reset_interpreter()
 
 
-def baseline(name: str, params: dict[str, Any]) -> Runnable:
+def baseline(name: str, params: dict[str, Any], build_dir: Path | None = None
+             ) -> Runnable:
     return from_jax(baselines.make(name, params), INPUTS,
-                    {"mode": baselines.MODES[name], "interpret": False, "poisoned": False,
-                     "race_detection": False})
+                    contract.execution(baselines.MODES[name]))
 
 
 def reference_file() -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from casebook.cases import NotRunnable
+from kernels.contract import NotRunnable
 from kernels.splash_attention.masks import segment_ids, visible
 
 

@@ -24,8 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, fmt, provenance, records, tile_table, timing, verify
+from casebook import (
+    cases,
+    config,
+    fmt,
+    paths,
+    provenance,
+    records,
+    tile_table,
+    timing,
+    verify,
+)
 from casebook.errors import CasebookError
+from kernels import contract
 
 
 def _label(tiles: dict[str, int]) -> str:
@@ -72,7 +83,7 @@ def _check_once(plugin: Any, runnable: Any, params: dict[str, Any], spec: dict[s
     check = verify.check_trial(runnable, params, inputs, plugin.oracle(params, inputs),
                                verify.tolerance_of(spec, params, case_path),
                                getattr(plugin, "compare", None))
-    if plugin.races_found():
+    if contract.races_found(plugin):
         return {**check, "passed": False, "error": "the interpreter's race detector "
                                                      "reported a race"}
     return check
@@ -83,10 +94,10 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
                measurement: dict[str, Any], seed: int, samples_path: str) -> dict[str, Any]:
     tuned = {**params, key: found["tiles"]}
     entry: dict[str, Any] = {**found, "seed": seed}
-    plugin.reset()
+    contract.reset(plugin)
     try:
-        runnable = plugin.kernel(variant, tuned, "time")
-    except cases.NotRunnable as reason:
+        runnable = plugin.kernel(variant, tuned, "time", build_dir=paths.build_dir(spec["name"]))
+    except contract.NotRunnable as reason:
         return {**entry, "verify": {"passed": False, "error": f"not run here: {reason}"},
                 "timed": False, "not_timed_reason": f"not run here: {reason}"}
     if runnable.execution["interpret"] and target != "cpu":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, provenance, records, tile_table
+from casebook import cases, config, paths, provenance, records, tile_table
 from casebook.errors import CasebookError
 
 
@@ -41,7 +41,8 @@ def lower(case_dir: str, case: str, variant: str, point: str, target: str,
         built.update(ok=False, error=why_not)
     else:
         try:
-            built.update(ok=True, **plugin.build(variant, params))
+            built.update(ok=True, **plugin.build(variant, params,
+                                                 build_dir=paths.build_dir(case)))
         except Exception as error:  # recorded, then the job fails naming the point
             built.update(ok=False, error=f"{type(error).__name__}: {error}")
     record = records.write(out, "lowering", {

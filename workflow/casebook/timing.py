@@ -15,7 +15,8 @@ import numpy as np
 from casebook import cases, config, paths, provenance, records, tile_table, verify
 from casebook.errors import CasebookError
 from casebook.measure import engine, guards, noise, pinning, table
-from kernels.runnable import Runnable
+from kernels import contract
+from kernels.contract import Runnable
 
 
 def settings_of(measurement: dict[str, Any]) -> engine.Settings:
@@ -84,7 +85,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                "verification failed: " + "; ".join(checked["failures"]))
         return records.write(out, "time", {**body, "timed": False, "not_timed_reason": why})
     seed = verify.draw_seed()
-    runnable = plugin.kernel(variant, tuned, "time")
+    runnable = plugin.kernel(variant, tuned, "time", build_dir=paths.build_dir(case))
     return records.write(out, "time", {
         **body, "seed": seed, "execution": runnable.execution,
         **measure(runnable, lambda rng: plugin.make_inputs(tuned, rng), settings,
@@ -99,8 +100,8 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
     body = {"target": target, "case": case, "baseline": baseline, "point": point,
             "role": entry["role"], "description": entry["description"], "params": params}
     try:
-        runnable = plugin.baseline(baseline, params)
-    except cases.NotRunnable as reason:
+        runnable = plugin.baseline(baseline, params, build_dir=paths.build_dir(case))
+    except contract.NotRunnable as reason:
         table.write(samples_path, [])
         return records.write(out, "baseline", {
             **body, "timed": False, "not_timed_reason": f"not run here: {reason}"})

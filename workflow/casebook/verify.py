@@ -2,7 +2,7 @@
 
 The oracle may answer several named outputs; a kernel returns some of them and each is
 checked against its own tolerance. A kernel that cannot execute on this host
-(``cases.NotRunnable``) gets a record that says so: not run, which is not a failure.
+(``contract.NotRunnable``) gets a record that says so: not run, which is not a failure.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, provenance, records, tile_table
+from casebook import cases, config, paths, provenance, records, tile_table
+from kernels import contract
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
 SEED_VARIABLE = "CASEBOOK_SEED"  # set to replay a recorded draw
-SINGLE_OUTPUT = cases.SINGLE_OUTPUT  # the name of an output given as a bare array
+SINGLE_OUTPUT = contract.SINGLE_OUTPUT  # the name of an output given as a bare array
 
 Tolerance = Callable[[str], dict[str, Any]]  # output name -> {atol, rtol, reason}
 
@@ -153,10 +154,12 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
     if why_not:
         checks.append({"purpose": "check", "trial": 0, "passed": False, "error": why_not})
     else:
-        plugin.reset()
+        contract.reset(plugin)
+        build_dir = paths.build_dir(spec["name"])
         try:
-            runnables = {p: plugin.kernel(variant, params, p) for p in ("check", "time")}
-        except cases.NotRunnable as reason:
+            runnables = {p: plugin.kernel(variant, params, p, build_dir=build_dir)
+                         for p in ("check", "time")}
+        except contract.NotRunnable as reason:
             runnables, not_run = {}, str(reason)
         for purpose, runnable in runnables.items():
             for trial, stream in enumerate(streams):
@@ -166,7 +169,7 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
                                "execution": runnable.execution,
                                **check_trial(runnable, params, inputs, want, tolerance,
                                         own_compare)})
-    races = plugin.races_found()
+    races = contract.races_found(plugin)
     failures = [_failure(c) for c in checks if not c["passed"]]
     if races:
         failures.append("the interpreter's race detector reported a race")

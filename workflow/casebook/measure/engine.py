@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from casebook.measure import cache, clocks, gpu, guards, pinning, stats, stopping, throttle
-from kernels.runnable import Runnable
+from kernels.contract import Runnable
 
 CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel")
 CRITERIA = ("median_precision", "relative_noise", "fixed_count", "time_budget")

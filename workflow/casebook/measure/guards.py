@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from casebook.measure.clocks import Timing
-from kernels.runnable import Runnable
+from kernels.contract import Runnable
 
 # A guard fails only on a lag larger than this share of the median sample AND larger
 # than ABSOLUTE_S: honest calls differ by copy and allocator jitter, a cheat by the work.

@@ -51,10 +51,10 @@ def matmul_workload(size: int) -> engine.Workload:
     """The host's reference workload: one jitted float32 matmul of two size×size inputs."""
     import jax.numpy as jnp
 
+    from kernels import contract
     from kernels.runnable import from_jax
 
-    runnable = from_jax(jnp.matmul, ("a", "b"), {
-        "mode": "XLA", "interpret": False, "poisoned": False, "race_detection": False})
+    runnable = from_jax(jnp.matmul, ("a", "b"), contract.execution("XLA"))
 
     def make_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
         return {name: rng.standard_normal((size, size), dtype=np.float32)

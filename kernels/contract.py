@@ -1,0 +1,152 @@
+"""The contract between a case's kernel package and the pipeline that runs it.
+
+Both sides import this module; it imports neither. A case is a package ``kernels/<case>/``
+whose module exposes :class:`CasePlugin`'s functions; the pipeline finds it by name, checks
+it has them (``REQUIRED``), and never imports a framework for it: what runs is a
+:class:`Runnable`, with its :class:`Execution` facts. Adding a case is one config, one
+point schema and one package.
+
+- ``make_inputs(params, rng) -> {name: ndarray}``: fresh inputs of one problem;
+- ``oracle(params, inputs) -> ndarray | {name: ndarray}``: the float64 answer;
+- ``check_params(params) -> (key, why) | None``: why a problem cannot run, or None: the
+  params key at fault (dotted as in the case file: ``n``, ``m.1``) and what is wrong,
+  starting with its value (``("n", "100 is not a multiple of 16")``); the pipeline refuses
+  such a point when its config loads, before any job runs;
+- ``outputs(variant)`` and ``baseline_outputs(name) -> tuple[str, ...]``: the output
+  names the kernel's (the baseline's) ``fetch`` returns (a bare array is
+  ``SINGLE_OUTPUT``), known without running it, so a missing tolerance is found when the
+  config loads; ValueError for a name the case does not have;
+- ``build(variant, params, build_dir) -> dict``: lower/compile, with what was built;
+- ``kernel(variant, params, purpose, build_dir) -> Runnable``: ``check`` or ``time``;
+- ``baseline(name, params, build_dir) -> Runnable``;
+- ``reference_file() -> str | None``: the upstream source actually used or read (None: it
+  is not installed on this host);
+- ``model_outputs(params, inputs, want) -> {name: ndarray}``: what a correct kernel writes,
+  and ``mutants(params) -> [kernels.mutants.Mutant]``: near misses of it, which the check
+  must catch.
+
+``build_dir`` is the folder the pipeline gives the case for what it builds (None: the
+caller keeps nothing; a case that must keep files refuses it). A ``kernel`` or
+``baseline`` that cannot execute on this host raises :class:`NotRunnable`.
+
+Optional (``OPTIONAL``): ``races_found() -> bool`` and ``reset()``, the hooks of a case
+that runs an interpreter with a race detector (without them: no race detection, nothing
+to reset); ``compare(params, inputs, output, got, want, tolerance, poisoned) -> dict |
+None``, a case's own check of one named output (None: the elementwise default);
+``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes, tie_rule}``,
+the tile rows the autotune rule measures for a variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, TypedDict
+
+import numpy as np
+
+SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
+REQUIRED = ("make_inputs", "oracle", "check_params", "outputs", "baseline_outputs", "build",
+            "kernel", "baseline", "reference_file", "model_outputs", "mutants")
+OPTIONAL = ("races_found", "reset", "compare", "tile_candidates")
+
+
+class NotRunnable(Exception):
+    """This variant or baseline cannot execute on this host; the message says why."""
+
+
+class _Required(TypedDict):
+    mode: str  # what runs where, in words ("Pallas Mosaic GPU interpret mode on ...")
+    interpret: bool  # an interpreter runs it: host time, never device time
+    poisoned: bool  # its outputs are NaN before it writes them
+    race_detection: bool
+
+
+class Execution(_Required, total=False):
+    """How a Runnable runs, as its records state it: made by :func:`execution`."""
+
+    framework: str
+    device: str
+    subject: str  # what is measured when it is not the kernel itself
+    xla_cpu_pool_workers: int
+
+
+def execution(mode: str, *, interpret: bool = False, poisoned: bool = False,
+              race_detection: bool = False, **facts: Any) -> Execution:
+    """An :class:`Execution`, its types checked; ``facts`` only of the optional keys."""
+    if not isinstance(mode, str) or not mode:
+        raise TypeError(f"execution mode must be a non-empty string, not {mode!r}")
+    flags = {"interpret": interpret, "poisoned": poisoned, "race_detection": race_detection}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"execution {name} must be a bool, not {value!r}")
+    unknown = facts.keys() - Execution.__optional_keys__
+    if unknown:
+        raise TypeError(f"unknown execution facts {sorted(unknown)}; known: "
+                        f"{sorted(Execution.__optional_keys__)}")
+    return Execution(mode=mode, **flags, **facts)
+
+
+class Runnable(NamedTuple):
+    """What a case hands the pipeline to run: a framework-neutral callable.
+
+    The pipeline calls ``prepare`` once per input set (host arrays -> device arrays),
+    ``call`` to launch, ``sync`` to wait for completion and ``fetch`` to bring the output
+    back: one numpy array, or ``{name: array}`` for a kernel with several named outputs.
+    Two optional facts help the timer: ``stream``, the device stream handle the work is
+    enqueued on (CUDA events are recorded there), and ``barrier``, a wait for all work on
+    every stream of the device.
+    """
+
+    prepare: Callable[[dict[str, np.ndarray]], tuple[Any, ...]]
+    call: Callable[..., Any]
+    sync: Callable[[Any], None]
+    fetch: Callable[[Any], np.ndarray | dict[str, np.ndarray]]
+    execution: Execution
+    stream: Any = None  # the stream ``call`` enqueues on; None: the framework chooses
+    barrier: Callable[[], None] | None = None  # drains every stream, not just the output's
+
+
+class CasePlugin(Protocol):
+    """The functions a case package defines (the module docstring says what each does)."""
+
+    def make_inputs(self, params: dict[str, Any], rng: np.random.Generator
+                    ) -> dict[str, np.ndarray]: ...
+
+    def oracle(self, params: dict[str, Any], inputs: dict[str, np.ndarray]
+               ) -> np.ndarray | dict[str, np.ndarray]: ...
+
+    def check_params(self, params: dict[str, Any]) -> tuple[str, str] | None: ...
+
+    def outputs(self, variant: str) -> tuple[str, ...]: ...
+
+    def baseline_outputs(self, name: str) -> tuple[str, ...]: ...
+
+    def build(self, variant: str, params: dict[str, Any], build_dir: Path | None = None
+              ) -> dict[str, Any]: ...
+
+    def kernel(self, variant: str, params: dict[str, Any], purpose: str,
+               build_dir: Path | None = None) -> Runnable: ...
+
+    def baseline(self, name: str, params: dict[str, Any], build_dir: Path | None = None
+                 ) -> Runnable: ...
+
+    def reference_file(self) -> str | None: ...
+
+    def model_outputs(self, params: dict[str, Any], inputs: dict[str, np.ndarray],
+                      want: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def mutants(self, params: dict[str, Any]) -> list[Any]: ...
+
+
+def races_found(plugin: Any) -> bool:
+    """The case's race detector's verdict since the last reset; False without one."""
+    hook = getattr(plugin, "races_found", None)
+    return bool(hook()) if hook is not None else False
+
+
+def reset(plugin: Any) -> None:
+    """Reset the case's interpreter state, where it has one."""
+    hook = getattr(plugin, "reset", None)
+    if hook is not None:
+        hook()
