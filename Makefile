@@ -14,8 +14,7 @@
 #                         CPU burner (a few minutes); results in
 #                         benchmarks/results/
 #   make gpu-host         what an offline GPU host lacks, in build/gpu-host/: the wheelhouse
-#                         (parts of at most 60 MiB) and case 03's builds (README: "GPU host
-#                         without network")
+#                         (parts of at most 60 MiB) and case 03's builds (docs/gpu-host.md)
 #   make rehearse         the offline GPU host rehearsed on this CPU: Python 3.12 with the
 #                         host's packages (env/rehearsal.lock), a copy of the tree with the
 #                         bundle, benchmarks/gpu_host.sh --dry-run (installs it with

@@ -23,7 +23,8 @@ def _shared(case: str) -> set[str]:
 
 
 def test_a_case_depends_on_the_shared_modules_it_imports_and_no_other():
-    assert _shared("grouped_gemm_fp8_bf16") == {"__init__.py", "mutants.py", "runnable.py"}
+    assert _shared("grouped_gemm_fp8_bf16") == {"__init__.py", "contract.py", "mutants.py",
+                                                      "runnable.py"}
     for case in ("moe_nvfp4", "splash_attention"):
         assert {"mgpu_interpret.py", "mgpu_lowering.py", "mutants.py"} <= _shared(case)
     for case in CASES:
@@ -34,13 +35,14 @@ def test_a_case_depends_on_the_shared_modules_it_imports_and_no_other():
                        for p in found for other in CASES if other != case)
 
 
-def test_relative_and_package_imports_are_followed(tmp_path, monkeypatch):
+def test_relative_and_package_imports_are_followed_and_readmes_are_not_sources(
+        tmp_path, monkeypatch):
     kernels = tmp_path / "kernels"
     (kernels / "one").mkdir(parents=True)
     for name, text in {"__init__.py": "", "used.py": "from . import deep\n",
                        "deep.py": "", "unused.py": "",
                        "one/__init__.py": "from .. import used\nfrom .part import x\n",
-                       "one/part.py": "x = 1\n"}.items():
+                       "one/part.py": "x = 1\n", "one/README.md": "# one\n"}.items():
         (kernels / name).write_text(text)
     monkeypatch.setattr(paths, "SOURCE_ROOT", tmp_path)
     monkeypatch.setattr(paths, "KERNELS_DIR", kernels)

@@ -312,8 +312,8 @@ def script_jobs(run: int, script: str) -> list[psutil.Process]:
 @pytest.mark.timeout(600)
 def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
     """Killed as its only job starts: the job ends without writing, the next run names
-    --unlock, and README's one command remakes the record (deleted by the killed run, its
-    downstream current) and everything after it."""
+    --unlock, and the one command of docs/recovery.md remakes the record (deleted by the
+    killed run, its downstream current) and everything after it."""
     record = "results/cpu/splash_attention/check_power/mha_causal_f16.json"
     run = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
@@ -332,7 +332,7 @@ def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
         assert not (project / record).exists(), "the killed run's job wrote its record"
         locked = snakemake(project)  # the killed run's lock stays
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
-        # README, "Bad input and recovery": the one command that resumes.
+        # docs/recovery.md: the one command that resumes.
         resumed = subprocess.run(
             ["sh", "-c", f"{sys.executable} -m snakemake --unlock --configfile ../tiny.yaml "
              f"&& {sys.executable} -m snakemake --cores 2 --rerun-incomplete "

@@ -92,10 +92,11 @@ def _module_file(name: str) -> list[Path]:
 
 @functools.cache
 def kernel_sources(case: str) -> tuple[Path, ...]:
-    """The files whose change must rerun a case: its package and every module under
-    kernels/ it imports, transitively (a shared module it never imports is not one)."""
+    """The files whose change must rerun a case: its package (its README aside) and every
+    module under kernels/ it imports, transitively (a shared module it never imports is
+    not one)."""
     found = {p for p in paths.kernel_dir(case).rglob("*")
-             if p.is_file() and "__pycache__" not in p.parts}
+             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".md"}
     found.add(paths.KERNELS_DIR / "__init__.py")
     todo = [p for p in found if p.suffix == ".py"]
     while todo:
