@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from casebook import config, paths, provenance, timing
+from casebook import config, paths, provenance, stage, timing
 from casebook.errors import CasebookError
 from kernels.contract import Runnable
 
@@ -290,3 +290,20 @@ def test_interpret_mode_kernels_get_the_short_protocol():
     with pytest.raises(CasebookError, match=r"measurement: count=2 must be at least 5"):
         timing.settings_for(runnable(True), {**measurement, "interpret": {
             "criterion": "fixed_count", "count": 2}})
+
+
+def test_a_job_context_names_an_unknown_variant_or_point_in_the_case_file():
+    job = stage.load("configs/cases", "splash_attention", "cpu", "mha_causal_f16", "mgpu")
+    assert (job.plugin.__name__, job.tuned, job.tiles_from) == (
+        "kernels.splash_attention", job.params, None)
+    assert job.stamp()["sources_sha256"] == provenance.job_sha256(job.spec, "mgpu",
+                                                                   "mha_causal_f16")
+    for variant, point, key in (("nope", "mha_causal_f16", "variants"),
+                                ("mgpu", "nope", "points")):
+        with pytest.raises(CasebookError, match=f"splash_attention.yaml: {key}"):
+            stage.load("configs/cases", "splash_attention", "cpu", point, variant)
+    build_only = config.load_case("configs/cases", "splash_attention")["build_only_points"]
+    with pytest.raises(CasebookError, match="points"):
+        stage.load("configs/cases", "splash_attention", "cpu", build_only[0]["name"], "mgpu")
+    assert stage.load("configs/cases", "splash_attention", "cpu", build_only[0]["name"],
+                      "mgpu", build_only_points=True).build_only

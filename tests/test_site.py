@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import re
 from pathlib import Path
@@ -271,3 +272,11 @@ def test_only_a_record_made_from_another_slice_is_stale():
     assert not ev.stale
     ev.current_sha256[("v", "p")] = "t"
     assert ev.stale
+
+
+def test_the_methods_rule_declares_every_module_whose_docstrings_the_page_quotes():
+    assert {Path(m.__file__).resolve() for m in methods.QUOTED} == set(paths.METHODS_QUOTES)
+    quoting = "".join(inspect.getsource(f) for f in (methods.verification_rules,
+                                                      methods.measurement_rules))
+    used = set(re.findall(r"\b([a-z_]+)\.[A-Za-z_]+", quoting)) - {"c", "f", "doc"}
+    assert used <= {m.__name__.rpartition(".")[2] for m in methods.QUOTED}, used

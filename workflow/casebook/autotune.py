@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from casebook import (
-    cases,
     config,
     fmt,
     paths,
     provenance,
     records,
+    stage,
     tile_table,
     timing,
     verify,
@@ -154,12 +154,8 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     """Stage: one point's autotune on a GPU target."""
     if target == "cpu":
         raise CasebookError(out, "target", tile_table.CPU_REFUSAL)
-    spec = config.load_case(case_dir, case)
-    path = config.case_path(case_dir, case)
-    config.find(spec["variants"], variant, path, "variants")
-    plugin = cases.load(case)
-    if not callable(getattr(plugin, "tile_candidates", None)):
-        raise CasebookError(path, "autotune", f"kernels/{case} has no tile_candidates")
-    params = config.find(spec["points"], point, path, "points")["params"]
-    return choose(plugin, spec, path, variant, point, target, measurement,
-                  plugin.tile_candidates(variant, params), out, samples_dir)
+    job = stage.load(case_dir, case, target, point, variant, tuned=False)
+    if not callable(getattr(job.plugin, "tile_candidates", None)):
+        raise CasebookError(job.path, "autotune", f"kernels/{case} has no tile_candidates")
+    return choose(job.plugin, job.spec, job.path, variant, point, target, measurement,
+                  job.plugin.tile_candidates(variant, job.params), out, samples_dir)

@@ -11,43 +11,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, paths, provenance, records, tile_table
+from casebook import cases, config, provenance, records, stage
 from casebook.errors import CasebookError
-
-
-def _point(spec: dict[str, Any], point: str, path: object) -> tuple[dict[str, Any], bool]:
-    """The config entry of ``point`` and whether it is build-only."""
-    for entry in spec["points"]:
-        if entry["name"] == point:
-            return entry, False
-    return config.find(spec["build_only_points"], point, path, "build_only_points"), True
 
 
 def lower(case_dir: str, case: str, variant: str, point: str, target: str,
           out: str) -> dict[str, Any]:
     """Lower/compile ``variant`` at ``point``; write its lowering record to ``out``."""
-    spec = config.load_case(case_dir, case)
-    path = config.case_path(case_dir, case)
-    config.find(spec["variants"], variant, path, "variants")
-    entry, build_only = _point(spec, point, path)
-    plugin = cases.load(case)
-    reference = plugin.reference_file()
-    params, tiles_from = tile_table.apply(target, case, variant, point, entry["params"])
-    why_not = cases.refusal(plugin, params)
-    built: dict[str, Any] = {"point": point, "params": entry["params"],
-                             "build_only": build_only,
-                             **({"tile_table": tiles_from} if tiles_from else {})}
+    job = stage.load(case_dir, case, target, point, variant, build_only_points=True)
+    reference = job.plugin.reference_file()
+    why_not = cases.refusal(job.plugin, job.tuned)
+    built: dict[str, Any] = {"point": point, "params": job.params,
+                             "build_only": job.build_only,
+                             **({"tile_table": job.tiles_from} if job.tiles_from else {})}
     if why_not:
         built.update(ok=False, error=why_not)
     else:
         try:
-            built.update(ok=True, **plugin.build(variant, params,
-                                                 build_dir=paths.build_dir(case)))
+            built.update(ok=True, **job.plugin.build(variant, job.tuned,
+                                                     build_dir=job.build_dir))
         except Exception as error:  # recorded, then the job fails naming the point
             built.update(ok=False, error=f"{type(error).__name__}: {error}")
     record = records.write(out, "lowering", {
         "target": target, "case": case, "variant": variant, "point": point,
-        "sources_sha256": provenance.job_sha256(spec, variant, point),
+        "sources_sha256": provenance.job_sha256(job.spec, variant, point),
         "reference_source": {"file": reference and provenance.portable(reference),
                              "sha256": reference and provenance.file_sha256(reference)},
         "built": built,

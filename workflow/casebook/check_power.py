@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, provenance, records, verify
+from casebook import provenance, records, stage, verify
 from kernels.mutants import biased
 
 BIAS_RANGE = (1e-9, 1.0)  # relative to the output's RMS: the bisection's bracket
@@ -27,13 +27,11 @@ POISON_MODES = {"plain": False, "poisoned": True}
 
 
 def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str, Any]:
-    spec = config.load_case(case_dir, case)
-    path = config.case_path(case_dir, case)
-    params = config.find(spec["points"], point, path, "points")["params"]
+    job = stage.load(case_dir, case, target, point)
     return records.write(out, "check_power", {
-        "target": target, "case": case, "point": point, "params": params,
-        "sources_sha256": provenance.job_sha256(spec, point=point),
-        **measure(cases.load(case), params, spec, path)})
+        "target": target, "case": case, "point": point, "params": job.params,
+        "sources_sha256": provenance.job_sha256(job.spec, point=point),
+        **measure(job.plugin, job.params, job.spec, job.path)})
 
 
 def _check(plugin, params, inputs, want, tolerance, output, value, poisoned=False):

@@ -177,3 +177,22 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
             **{(v, p["name"]): provenance.job_sha256(spec, v, p["name"])
                for v in variants for p in spec["points"]}},
     )
+
+
+def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
+    """Every lowered kernel launch in the build records that states its shared memory."""
+    rows = []
+    for variant, build in ev.builds.items():
+        for point in build["points"]:
+            for artifact in point.get("artifacts", []):
+                facts = artifact["facts"]
+                if "dynamic_smem_bytes" in facts:
+                    rows.append({"variant": variant, "point": point["point"],
+                                 "build_only": point.get("build_only", False),
+                                 "target": artifact["target"], **facts})
+    return rows
+
+
+def launch_name(row: dict[str, Any]) -> str:
+    """The variant, and which of its kernels when it lowers to several (facts["kernel"])."""
+    return f"{row['variant']} {row['kernel']}" if row.get("kernel") else row["variant"]

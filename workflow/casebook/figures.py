@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from casebook import conditions, config, paths, records
-from casebook.evidence import Evidence, gather
+from casebook.evidence import Evidence, gather, launch_name, lowered_launches
 
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
 
@@ -69,26 +69,7 @@ def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
                        "stated tolerance (below 1 passes); red bars failed."}
 
 
-def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
-    """Every lowered kernel launch in the build records that states its shared memory."""
-    rows = []
-    for variant, build in ev.builds.items():
-        for point in build["points"]:
-            for artifact in point.get("artifacts", []):
-                facts = artifact["facts"]
-                if "dynamic_smem_bytes" in facts:
-                    rows.append({"variant": variant, "point": point["point"],
-                                 "build_only": point.get("build_only", False),
-                                 "target": artifact["target"], **facts})
-    return rows
-
-
 REGISTER_LIMIT = 255  # registers per thread an sm_90 kernel may use
-
-
-def launch_name(row: dict[str, Any]) -> str:
-    """The variant, and which of its kernels when it lowers to several (facts["kernel"])."""
-    return f"{row['variant']} {row['kernel']}" if row.get("kernel") else row["variant"]
 
 
 def build_figure(ev: Evidence, path: str) -> dict[str, Any]:

@@ -16,6 +16,10 @@ from casebook import conditions, config, paths, records, verify
 from casebook.evidence import Evidence
 from casebook.measure import clocks, engine, pinning, stats, stopping
 
+# Every module whose docstrings this page quotes; the methods rule declares their files
+# (``paths.METHODS_QUOTES``), so editing a rule's docstring re-renders the page.
+QUOTED = (verify, clocks, engine, pinning, stats, stopping)
+
 
 def doc(function: Any) -> str:
     """A function's own docstring: the rule as the code states it."""

@@ -48,6 +48,11 @@ ENV_DIR = SOURCE_ROOT / "env"
 KERNELS_DIR = SOURCE_ROOT / "kernels"
 TEMPLATE_DIR = SOURCE_ROOT / "site" / "templates"
 STATIC_DIR = SOURCE_ROOT / "site" / "static"
+LIBRARY_DIR = SOURCE_ROOT / "workflow" / "casebook"
+# The modules whose docstrings the methods page quotes (``methods.QUOTED``): its inputs.
+METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
+    "verify.py", "measure/clocks.py", "measure/engine.py", "measure/pinning.py",
+    "measure/stats.py", "measure/stopping.py"))
 
 RESULTS = "results"
 BUILD = "build"

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from casebook import conditions, figures, fmt, paths
+from casebook import conditions, evidence, fmt, paths
 from casebook.evidence import Evidence
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
@@ -121,7 +121,7 @@ def _dims(values: list[int] | None) -> str | None:
 def lowering(ev: Evidence) -> str:
     """What each variant was compiled to at each point: launch shape, registers and shared
     memory, as far as its build records them (columns no build records are left out)."""
-    rows = [{"variant": figures.launch_name(r), "point": r["point"],
+    rows = [{"variant": evidence.launch_name(r), "point": r["point"],
              "run here": _run_here(ev, r),
              "target": r["target"], "grid": _dims(r.get("grid")),
              "block": _dims(r.get("block")),
@@ -129,7 +129,7 @@ def lowering(ev: Evidence) -> str:
              "shared memory": f"{r['dynamic_smem_bytes']:,} B of {r['smem_limit_bytes']:,}",
              "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()) or None,
              "partial blocks from": r.get("mask_source")}
-            for r in figures.lowered_launches(ev)]
+            for r in evidence.lowered_launches(ev)]
     shown = [k for k in rows[0] if any(row[k] is not None for row in rows)] if rows else []
     rows = [{k: row[k] for k in shown} for row in rows]
     return _html(rows, [False] * len(rows), f"lowering-{ev.target}")

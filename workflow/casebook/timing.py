@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, paths, provenance, records, tile_table, verify
+from casebook import config, paths, records, stage, verify
 from casebook.errors import CasebookError
 from casebook.measure import engine, guards, noise, pinning, table
 from kernels import contract
@@ -57,50 +57,39 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
         **result.summary(settings.confidence, floor), "samples_file": samples_path}}
 
 
-def _context(case_dir: str, case: str, point: str):
-    spec = config.load_case(case_dir, case)
-    path = config.case_path(case_dir, case)
-    params = config.find(spec["points"], point, path, "points")["params"]
-    return spec, path, params, cases.load(case)
-
-
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 settings: dict[str, Any], verify_path: str, floor_path: str, out: str,
                 samples_path: str) -> dict[str, Any]:
-    spec, _, params, plugin = _context(case_dir, case, point)
+    job = stage.load(case_dir, case, target, point, variant)
     checked = records.read(verify_path, "verify")
-    tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
-    if tiles_from != checked.get("tile_table"):
+    if job.tiles_from != checked.get("tile_table"):
         raise CasebookError(verify_path, "tile_table", "verified with another tile table "
                             "than the one in use now; rerun verify")
-    body: dict[str, Any] = {
-        "target": target, "case": case, "variant": variant, "point": point,
-        "params": params, "verify_record": verify_path,
-        "sources_sha256": provenance.job_sha256(spec, variant, point),
-        **({"tile_table": tiles_from} if tiles_from else {}),
-    }
+    body: dict[str, Any] = {**job.stamp(), "verify_record": verify_path}
     if not checked["passed"]:
         table.write(samples_path, [])
         why = (f"not run here: {checked['not_run_reason']}" if not checked["ran"] else
                "verification failed: " + "; ".join(checked["failures"]))
         return records.write(out, "time", {**body, "timed": False, "not_timed_reason": why})
     seed = verify.draw_seed()
-    runnable = plugin.kernel(variant, tuned, "time", build_dir=paths.build_dir(case))
+    runnable = job.plugin.kernel(variant, job.tuned, "time", build_dir=job.build_dir)
     return records.write(out, "time", {
         **body, "seed": seed, "execution": runnable.execution,
-        **measure(runnable, lambda rng: plugin.make_inputs(tuned, rng), settings,
-                   spec["measurement"]["cache"], seed, samples_path, host_floor(floor_path))})
+        **measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng), settings,
+                   job.spec["measurement"]["cache"], seed, samples_path,
+                   host_floor(floor_path))})
 
 
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
                   settings: dict[str, Any], floor_path: str, out: str,
                   samples_path: str) -> dict[str, Any]:
-    spec, path, params, plugin = _context(case_dir, case, point)
+    job = stage.load(case_dir, case, target, point)
+    spec, path, params, plugin = job.spec, job.path, job.params, job.plugin
     entry = config.find(spec["baselines"], baseline, path, "baselines")
     body = {"target": target, "case": case, "baseline": baseline, "point": point,
             "role": entry["role"], "description": entry["description"], "params": params}
     try:
-        runnable = plugin.baseline(baseline, params, build_dir=paths.build_dir(case))
+        runnable = plugin.baseline(baseline, params, build_dir=job.build_dir)
     except contract.NotRunnable as reason:
         table.write(samples_path, [])
         return records.write(out, "baseline", {

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, paths, provenance, records, tile_table
+from casebook import cases, config, paths, records, stage
 from kernels import contract
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
@@ -129,16 +129,9 @@ def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> 
 
 def run(case_dir: str, case: str, variant: str, point: str, target: str,
         out: str) -> dict[str, Any]:
-    spec = config.load_case(case_dir, case)
-    path = config.case_path(case_dir, case)
-    config.find(spec["variants"], variant, path, "variants")
-    params = config.find(spec["points"], point, path, "points")["params"]
-    tuned, tiles_from = tile_table.apply(target, case, variant, point, params)
+    job = stage.load(case_dir, case, target, point, variant)
     return records.write(out, "verify", {
-        "target": target, "case": case, "variant": variant, "point": point,
-        "params": params, "sources_sha256": provenance.job_sha256(spec, variant, point),
-        **({"tile_table": tiles_from} if tiles_from else {}),
-        **check_point(cases.load(case), variant, tuned, spec, path)})
+        **job.stamp(), **check_point(job.plugin, variant, job.tuned, job.spec, job.path)})
 
 
 def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[str, Any],

@@ -52,6 +52,8 @@ rule methods:
             for t, p in zip(TARGETS, map(paths.noise_floor_record, TARGETS))
             if t in MEASURED or os.path.exists(p)
         ],
+        # The code whose docstrings the page quotes: the rules as the code states them.
+        [paths.source(p) for p in paths.METHODS_QUOTES],
     output:
         directory(paths.site_part("methods")),
     params:
