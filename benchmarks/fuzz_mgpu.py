@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from casebook import records
+from casebook import config, records
 from casebook.paths import SOURCE_ROOT
 from casebook.verify import compare
 from kernels import mgpu_interpret
@@ -38,6 +38,7 @@ from kernels.splash_attention import (
 )
 from kernels.splash_attention.problems import (
     DTYPE,
+    LSE_TOLERANCE,
     MASK_KINDS,
     dense,
     inputs,
@@ -45,10 +46,10 @@ from kernels.splash_attention.problems import (
     segments,
 )
 
-# As in tests/test_mgpu_forward.py and tests/test_mgpu_backward.py (reasons there).
-OUT_TOL = {"float16": 3e-3, "bfloat16": 2e-2}
-LSE_TOL = 1e-3
-GRAD_ATOL, GRAD_RTOL = 2e-2, 3e-2
+# The case config's tolerances (configs/cases/splash_attention.yaml, with their reasons);
+# logsumexp's is problems.LSE_TOLERANCE.
+TOL = {dtype: {name: config.shipped_tolerance("splash_attention", dtype, name)
+               for name in ("out", "dq", "dk", "dv")} for dtype in ("float16", "bfloat16")}
 LAYOUTS = [(2, 2), (2, 1), (4, 2), (4, 1)]
 DIMS = [(64, 64), (128, 64), (64, 128), (128, 128)]
 INDEX_FUNCTION_MASKS = ("causal", "causal_offset", "local", "chunked", "full")
@@ -58,7 +59,7 @@ def draw(rng: np.random.Generator) -> dict:
     return {"mask": str(rng.choice(MASK_KINDS)),
             "heads": [int(h) for h in LAYOUTS[rng.integers(len(LAYOUTS))]],
             "dims": [int(d) for d in DIMS[rng.integers(len(DIMS))]],
-            "dtype": str(rng.choice(list(OUT_TOL))),
+            "dtype": str(rng.choice(list(TOL))),
             "soft_cap": [None, 4.0][rng.integers(2)],
             "segment_ids": bool(rng.integers(2)), "lse": bool(rng.integers(2)),
             "block_kv": int(rng.choice([64, 128])), "stages": int(rng.choice([1, 2, 3])),
@@ -93,19 +94,19 @@ def run_one(problem: dict, rng: np.random.Generator) -> dict:
     races = mgpu_interpret.races_found()
     want = reference_vjp.gradients(q, k, v, do, dense(mask), segment_ids=segment_ids,
                                    soft_cap=problem["soft_cap"])
-    tol = OUT_TOL[problem["dtype"]]
+    tol = TOL[problem["dtype"]]
     checks = {"out": compare(np.asarray(forward[0] if problem["lse"] else forward,
-                                        np.float64), want[0], tol, tol),
-              "out_vjp": compare(np.asarray(out, np.float64), want[0], tol, tol)}
+                                        np.float64), want[0], *tol["out"]),
+              "out_vjp": compare(np.asarray(out, np.float64), want[0], *tol["out"])}
     if problem["lse"]:
         _, want_lse = oracle_f64.attention(q, k, v, dense(mask), segment_ids=segment_ids,
                                            soft_cap=problem["soft_cap"], return_lse=True)
         seen = ~np.isneginf(want_lse)
         got_lse = np.asarray(forward[1], np.float64)
         checks["lse"] = compare(np.where(seen, got_lse, 0.0), np.where(seen, want_lse, 0.0),
-                                LSE_TOL, LSE_TOL)
+                                LSE_TOLERANCE, LSE_TOLERANCE)
     for name, got, w in zip(("dq", "dk", "dv"), grads, want[1:], strict=True):
-        checks[name] = compare(np.asarray(got, np.float64), w, GRAD_ATOL, GRAD_RTOL)
+        checks[name] = compare(np.asarray(got, np.float64), w, *tol[name])
     return {**problem, "path": ("mgpu" if problem["mask"] in INDEX_FUNCTION_MASKS
                                 else "mgpu_mask_tiles"),
             "seconds": seconds, "races_found": races,
@@ -164,8 +165,10 @@ def main() -> None:
     records.write(SOURCE_ROOT / RECORD, "randomized_check", {
         "case": "splash_attention", "runner": "benchmarks/fuzz_mgpu.py",
         "execution": EXECUTION, "seed": seed, **summary,
-        "tolerances": {"out": OUT_TOL, "lse": LSE_TOL,
-                       "dq_dk_dv": {"atol": GRAD_ATOL, "rtol": GRAD_RTOL}},
+        "tolerances": {**{dtype: {name: {"atol": atol, "rtol": rtol}
+                                  for name, (atol, rtol) in by_output.items()}
+                          for dtype, by_output in TOL.items()},
+                       "lse": LSE_TOLERANCE},
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "runs": runs})
     print(RECORD, summary)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from casebook import cases
+from casebook import cases, config
 from casebook.verify import compare
 from kernels import contract
 from kernels.splash_attention import upstream
@@ -24,8 +24,9 @@ POINTS = {
     "gqa_local_bf16": {"heads_q": 4, "heads_kv": 2, "seq_len": 384, "head_dim": 64,
                        "mask": {"kind": "local", "window": [100, 20]}, "dtype": "bfloat16"},
 }
-TOL = {"float32": (3e-3, 3e-3), "float16": (3e-3, 3e-3), "bfloat16": (2e-2, 2e-2)}
-GRAD_TOL = (2e-2, 3e-2)  # upstream's backward tolerance (reason in the case config)
+# The case config's tolerances (their reasons are there).
+TOL = {dtype: config.shipped_tolerance("splash_attention", dtype, "out")
+       for dtype in ("float32", "float16", "bfloat16")}
 PORT_POINTS = {
     "mha_causal_f16": {**POINTS["mha_causal_f32"], "dtype": "float16"},
     "gqa_local_bf16": POINTS["gqa_local_bf16"],
@@ -84,7 +85,8 @@ def test_backward_variants_return_gradients_that_match_the_oracle(rng, name, var
     want = splash.oracle(params, inputs)
     assert sorted(got) == ["dk", "dq", "dv"]
     for output, value in got.items():
-        result = compare(value, want[output], *GRAD_TOL)
+        result = compare(value, want[output],
+                         *config.shipped_tolerance("splash_attention", params["dtype"], output))
         assert result["passed"], (output, result)
     assert not splash.races_found()
 

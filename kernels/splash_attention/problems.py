@@ -10,6 +10,9 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
 DTYPE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+# logsumexp (the backward's residual, no case output) is computed in f32 from f32
+# logits: upstream's tolerance for it, absolute and relative.
+LSE_TOLERANCE = 1e-3
 S = 256  # small enough for the interpreter, four 64-row q blocks
 MASK_KINDS = ("causal", "causal_offset", "local", "chunked", "full", "numpy", "combined",
               "per_head")

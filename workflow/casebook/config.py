@@ -146,6 +146,9 @@ def load_global(overlays: Sequence[str | Path] = ()) -> dict[str, Any]:
     return settings
 
 
+SHIPPED_CASES = "configs/cases"  # the case configs shipped with the sources
+
+
 def case_path(case_dir: str | Path, name: str) -> Path:
     """The config file of case ``name``; ``case_dir`` is relative to the sources."""
     return paths.SOURCE_ROOT / case_dir / f"{name}.yaml"
@@ -227,6 +230,15 @@ def tolerance(spec: dict[str, Any], dtype: str, output: str, path: object) -> di
         raise CasebookError(path, f"tolerances.{dtype}.{output}",
                             "no tolerance for this output of the kernel")
     return entry[output]
+
+
+def shipped_tolerance(case: str, dtype: str, output: str) -> tuple[float, float]:
+    """(atol, rtol) of ``output`` at ``dtype`` in the shipped case config: what tests and
+    benchmarks check a kernel against, read from the one place it is written (with its
+    reason)."""
+    entry = tolerance(load_case(SHIPPED_CASES, case), dtype, output,
+                      case_path(SHIPPED_CASES, case))
+    return entry["atol"], entry["rtol"]
 
 
 def tolerance_rows(spec: dict[str, Any]) -> list[tuple[str, str | None, dict[str, Any]]]:
