@@ -16,15 +16,17 @@ import argparse
 import statistics
 
 from benchmarks.workloads import repeated_matmul, sample, write
+from casebook import timing
 from casebook.measure import stopping
 
-TARGET = 0.01
+# The engine as shipped (the schema's measurement defaults), one repeat: one sampling run.
+ENGINE = timing.default_settings(repeats=1)
+TARGET = ENGINE.target
 WORKLOADS = {"light (~20 µs)": 2, "medium (~0.2 ms)": 20, "heavy (~2 ms)": 200}
 
 
 def engine_run(workload):
-    return sample(workload, stopping.MedianPrecision(TARGET, 0.95, stopping.Bounds()),
-                  warmup_calls=3)
+    return sample(workload, ENGINE.criterion_unit(), warmup_calls=ENGINE.warmup_calls)
 
 
 def fixed_run(workload, budget_s=0.1):

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from casebook import timing
 from casebook.measure import engine, gpu, noise, table
 from kernels import contract
 from kernels.contract import Runnable
 
-QUICK = {"criterion": "median_precision", "target": 0.01, "timeout_s": 10.0}
+QUICK = {"criterion": "median_precision", "target": 0.01, "timeout_s": 10.0, "repeats": 1}
 
 
 def memset_workload(tools: gpu.Tools, nbytes: int = 256 * 2**20) -> engine.Workload:
@@ -57,7 +58,7 @@ def main() -> None:
     }
     report = {"l2_cache_bytes": gpu.l2_cache_bytes(devices.tools)}
     for name, (workload, clock, mode) in runs.items():
-        settings = engine.Settings(clock=clock, **QUICK)
+        settings = timing.default_settings(clock=clock, **QUICK)
         try:
             m = engine.measure(workload, settings, mode, 0, devices)
         except (gpu.GpuUnavailable, RuntimeError) as error:

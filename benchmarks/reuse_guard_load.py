@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.workloads import RESULTS
-from casebook import records
+from casebook import records, timing
 from casebook.measure import engine, guards
 from kernels.contract import Runnable
 
@@ -43,13 +43,13 @@ SIDE = 256  # a 256×256 float64 matmul: ~0.4 ms on 2 cores, OpenBLAS threads on
 # (ABSOLUTE_S, FRESH_INPUT_S): a cheat worth catching skips more than the noise.
 CHEAT_REPS = 4
 HIDDEN_S = 3e-3  # what the thread cheats hide, as WORK_S in tests/test_measure_engine.py
-# The pipeline's settings, but sampling stops after 1 s (±1% is rarely reached sooner
-# under load): the guards run after sampling, whatever stopped it.
-SETTINGS = engine.Settings(timeout_s=1.0)
+# The pipeline's settings, but one repeat whose sampling stops after 1 s (±1% is rarely
+# reached sooner under load): the guards run after sampling, whatever stopped it.
+SETTINGS = timing.default_settings(timeout_s=1.0, repeats=1)
 # The cheats take 30 samples, as the tests' fixtures take 15: in 1 s of sampling the
 # thread cheats would start thousands of threads, whose backlog then starves the guard's
 # probes on a loaded host (an artefact of a thread per call; a device queues its work).
-CHEAT_SETTINGS = engine.Settings(criterion="fixed_count", count=30)
+CHEAT_SETTINGS = timing.default_settings(criterion="fixed_count", count=30, repeats=1)
 TARGET_FALSE_SHARE = 1 / 200
 # The guard a refusal came from, by words in its message.
 GUARD_OF = {"returns before": "early_return", "stream the timer": "unseen_stream",

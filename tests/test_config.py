@@ -217,7 +217,11 @@ def test_a_nested_key_names_the_file_that_holds_it_not_its_parent(tmp_path):
     assert (caught.value.path, caught.value.key) == (str(bad), "measurement.min_samples")
     settings = config.load_global([later])  # merged as Snakemake merges: nested keys kept
     assert settings["measurement"]["target"] == 0.05
-    assert settings["measurement"]["warmup_calls"] == 3  # from configs/config.yaml
+    assert settings["measurement"] == {**config.measurement_defaults(), "target": 0.05}
+    h100 = overlay(tmp_path, "h100.yaml", {"cluster": {"h100": {"gpus": 2, "constraint": "x"}}})
+    shipped = config.load_global()["cluster"]
+    assert config.load_global([h100])["cluster"] == {
+        **shipped, "h100": {"gpus": 2, "constraint": "x"}}  # configs/config.yaml's others
 
 
 def test_a_broken_overlay_is_one_line(tmp_path):
@@ -276,8 +280,7 @@ def test_shipped_global_config_is_valid():
 
 
 def test_interpret_mode_kernels_get_the_short_protocol():
-    shipped = yaml.safe_load((paths.SOURCE_ROOT / "configs/config.yaml").read_text())
-    measurement = shipped["measurement"]
+    measurement = config.load_global()["measurement"]
 
     def runnable(interpret: bool) -> Runnable:
         return Runnable(None, None, None, None, {"interpret": interpret})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -10,11 +11,13 @@ import fakes
 import numpy as np
 import pytest
 
+from casebook import timing
 from casebook.measure import cache, clocks, engine, gpu, guards, noise, throttle
 from kernels.contract import Runnable
 
 pytestmark = pytest.mark.timeout(120)
-QUICK = engine.Settings(warmup_calls=2, criterion="fixed_count", count=15)
+QUICK = timing.default_settings(warmup_calls=2, criterion="fixed_count", count=15,
+                                 repeats=1)
 CPU = engine.Devices(None, "no GPU: test")
 WORK_S = 0.003  # long enough to stand far above timer jitter on a busy machine
 
@@ -154,11 +157,11 @@ def test_the_harness_catches_a_timer_being_fooled(fixture, message):
 
 def test_settings_check_themselves():
     with pytest.raises(ValueError, match="warmup_calls"):
-        engine.Settings(warmup_calls=0)
+        dataclasses.replace(QUICK, warmup_calls=0)
     with pytest.raises(ValueError, match="criterion"):
-        engine.Settings(criterion="vibes")
+        dataclasses.replace(QUICK, criterion="vibes")
     with pytest.raises(ValueError, match="min_samples"):
-        engine.Settings(min_samples=2)
+        dataclasses.replace(QUICK, min_samples=2)
 
 
 def test_a_gpu_clock_on_a_cpu_host_is_refused_cleanly():
@@ -260,7 +263,8 @@ def test_monitor_reads_reasons_and_clock():
 
 
 def test_repeats_are_separate_runs_of_the_criterion_with_a_run_to_run_interval():
-    settings = engine.Settings(warmup_calls=1, criterion="fixed_count", count=5, repeats=3)
+    settings = timing.default_settings(warmup_calls=1, criterion="fixed_count", count=5,
+                                       repeats=3)
     m = engine.measure(engine.Workload(honest(), inputs), settings, "hot", 4, CPU)
     assert [r["repeat"] for r in m.rows] == [0] * 5 + [1] * 5 + [2] * 5
     assert len(m.repeat_medians) == 3 and m.stop_reason.startswith("3 repeats")
@@ -268,9 +272,9 @@ def test_repeats_are_separate_runs_of_the_criterion_with_a_run_to_run_interval()
     assert summary["interval"] == "run-to-run" and summary["repeats"] == 3
     assert summary["ci_low_s"] <= summary["median_s"] <= summary["ci_high_s"]
     with pytest.raises(ValueError, match="repeats"):
-        engine.Settings(repeats=0)
+        dataclasses.replace(QUICK, repeats=0)
 
 
 def test_repeats_share_the_timeout():
-    settings = engine.Settings(timeout_s=6.0, repeats=3)
+    settings = timing.default_settings(timeout_s=6.0, repeats=3)
     assert settings.criterion_unit().bounds.timeout_s == pytest.approx(2.0)

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from casebook import timing
 from casebook.measure import engine, guards
 from casebook.measure.clocks import Timing
 from kernels.contract import Runnable
@@ -139,7 +140,8 @@ def test_a_transient_stall_at_the_guard_does_not_fail_a_measurement():
         time.sleep(WORK_S)
         return x * 2
 
-    settings = engine.Settings(warmup_calls=2, criterion="fixed_count", count=15)
+    settings = timing.default_settings(warmup_calls=2, criterion="fixed_count", count=15,
+                                       repeats=1)
     m = engine.measure(engine.Workload(runnable(call), lambda rng: {
         "x": rng.standard_normal(64)}), settings, "hot", 1, engine.Devices(None, "test"))
     assert m.guards["reused_result"]["rechecks"] >= 1

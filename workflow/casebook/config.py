@@ -66,6 +66,14 @@ def validate(path: object, data: Any, schema_path: Path, prefix: str = "") -> No
     raise CasebookError(path, ".".join(filter(None, [prefix, key])) or "(top level)", message)
 
 
+def measurement_defaults() -> dict[str, Any]:
+    """The ``measurement`` block with nothing set: the schema's defaults, the one place a
+    measurement default is written."""
+    block: dict[str, Any] = {}
+    _Validator(_schema(paths.CONFIG_SCHEMA)["properties"]["measurement"]).validate(block)
+    return block
+
+
 def _one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 

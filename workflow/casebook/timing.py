@@ -28,6 +28,12 @@ def settings_of(measurement: dict[str, Any]) -> engine.Settings:
         raise CasebookError(paths.CONFIG_SCHEMA, "measurement", str(error)) from None
 
 
+def default_settings(**overrides: Any) -> engine.Settings:
+    """The schema's measurement defaults with ``overrides``: what a benchmark or a test
+    measures with unless it says otherwise."""
+    return settings_of({**config.measurement_defaults(), **overrides})
+
+
 def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Settings:
     """The settings ``runnable`` is measured with: an interpret-mode kernel's replace some
     (``measurement.interpret``)."""

@@ -29,19 +29,21 @@ MAX_DISCARDED = 100
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """How to measure; built from the config's ``measurement`` block, checked here."""
+    """How to measure; built from the config's ``measurement`` block, checked here. Every
+    field is given: the defaults live in the config schema alone
+    (``timing.default_settings``)."""
 
-    warmup_calls: int = 3
-    confidence: float = 0.95
-    clock: str = "auto"
-    criterion: str = "median_precision"
-    target: float = 0.01  # median_precision: ±interval/median; relative_noise: stdev/mean
-    min_samples: int = 10
-    min_time_s: float = 0.05
-    timeout_s: float = 15.0
-    count: int = 100  # fixed_count
-    budget_s: float = 0.1  # time_budget
-    repeats: int = 1  # independent sampling runs; >= 2 gives a run-to-run interval
+    warmup_calls: int
+    confidence: float
+    clock: str
+    criterion: str
+    target: float  # median_precision: ±interval/median; relative_noise: stdev/mean
+    min_samples: int
+    min_time_s: float
+    timeout_s: float
+    count: int  # fixed_count
+    budget_s: float  # time_budget
+    repeats: int  # independent sampling runs; >= 2 gives a run-to-run interval
 
     def __post_init__(self):
         if self.warmup_calls < 1:

@@ -31,9 +31,9 @@ class Criterion(Protocol):
 class Bounds:
     """What every adaptive criterion needs before and regardless of its target."""
 
-    min_samples: int = 10
-    min_time_s: float = 0.05
-    timeout_s: float = 15.0
+    min_samples: int
+    min_time_s: float
+    timeout_s: float
 
     def __post_init__(self):
         if self.min_samples < 5:
@@ -125,8 +125,8 @@ class RelativeNoise(_Adaptive):
 
     name = "relative_noise"
 
-    def __init__(self, target: float = 0.005, bounds: Bounds = Bounds(),
-                 plateau_window: int = 64, plateau_tolerance: float = 0.05):
+    def __init__(self, target: float, bounds: Bounds, plateau_window: int = 64,
+                 plateau_tolerance: float = 0.05):
         super().__init__(bounds)
         if not 0 < target < 1:
             raise ValueError(f"{target=} must lie in (0, 1)")
@@ -168,8 +168,7 @@ class MedianPrecision(_Adaptive):
 
     name = "median_precision"
 
-    def __init__(self, target: float = 0.01, confidence: float = 0.95,
-                 bounds: Bounds = Bounds()):
+    def __init__(self, target: float, confidence: float, bounds: Bounds):
         super().__init__(bounds)
         if not 0 < target < 1:
             raise ValueError(f"{target=} must lie in (0, 1)")
