@@ -5,6 +5,8 @@
 #                         killed run by itself)
 #   make test             environment + lint + the test suite (installs Debian's chromium
 #                         for the browser tests where it is missing: needs root, as CI is)
+#   make test-fast        environment + lint + the tests that need no interpreter,
+#                         compiler, workflow run, cluster, browser or GPU (pytest markers)
 #   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
 #                         sees a GPU, else cpu)
 #   make bench            CPU calibration and efficiency benchmarks of the measurement
@@ -54,7 +56,7 @@ REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu
 	tests/test_splash_near_misses.py tests/test_moe_nvfp4_subnormals.py \
 	tests/test_case_outputs.py tests/test_provenance.py
 
-.PHONY: all run env test lint bench lock clean chromium gpu-host rehearse
+.PHONY: all run env test test-fast lint bench lock clean chromium gpu-host rehearse
 all: run
 
 $(STAMP): env/$(LOCK).lock env/reference.lock
@@ -97,6 +99,12 @@ test: env lint chromium
 
 # The browser the site's tests drive (Playwright with executable_path; never `playwright
 # install`, which downloads a browser build).
+# The tier without the interpreter, compilers, workflow runs, SLURM, browser or GPU: the
+# library, the measurement engine, configs, records, pages, numerics (under 3 minutes).
+FAST := not (e2e or slurm or browser or interpret or compile or gpu)
+test-fast: env lint
+	$(BIN)/python -m pytest --numprocesses auto -m "$(FAST)"
+
 chromium:
 	@test -x $(CHROMIUM) || { apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }

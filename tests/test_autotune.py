@@ -182,6 +182,7 @@ def test_run_refuses_target_cpu(tmp_path):
                      MEASUREMENT, str(tmp_path / "p.json"), str(tmp_path / "s"))
 
 
+@pytest.mark.interpret
 @pytest.mark.timeout(900)
 def test_interpret_mode_autotune_writes_a_schema_valid_tile_choice(tmp_path):
     """Mechanics on the CPU: two candidates of a tiny point, each verified against the
@@ -264,6 +265,7 @@ def test_a_malformed_table_names_the_file_and_key(tmp_path, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
     case = tiny_case()  # autotunes mgpu
@@ -297,6 +299,8 @@ def test_the_page_says_where_tiles_came_from(tmp_path, monkeypatch):
     assert site.tile_note({k: v for k, v in spec.items() if k != "autotune"}, untuned) is None
 
 
+@pytest.mark.interpret
+@pytest.mark.compile
 @pytest.mark.timeout(600)
 def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monkeypatch):
     """On a target with a tile table, the row reaches the kernel (the lowered launch shows

@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from casebook import conditions, paths
 from tests.projects import finished_run, snakemake, tiny_case, tiny_moe_case
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(600)]
 
 CHROMIUM = os.environ.get("CASEBOOK_CHROMIUM", "/usr/bin/chromium")
 # As root the sandbox must be off; the rest keep Chromium from reaching the network.

@@ -15,7 +15,7 @@ import yaml
 from casebook import paths
 from tests.projects import make_project, tiny_case, tiny_moe_case
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 # Snakemake's own notices (not errors): --configfile or --config given; the profile read.
 NOTICES = ("is extended by additional config specified via the command line.",
            "Using workflow specific profile profiles/default for setting default command")

@@ -21,6 +21,8 @@ from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, device
 from kernels.grouped_gemm_fp8_bf16.problem import MODES
 
+pytestmark = [pytest.mark.compile]
+
 needs_dsl = pytest.mark.skipif(not compile_port.dsl_installed(),
                                reason="CuTe DSL is not installed: nothing is compiled here")
 EXPECTED = [("b", 3, 2), ("a", 2, 1), ("scale", 3, 2), ("c", 2, 1), ("d", 2, 1),

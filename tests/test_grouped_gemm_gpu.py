@@ -14,7 +14,7 @@ from casebook import config, paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import device, numerics, problem
 
-pytestmark = [pytest.mark.timeout(1800),
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1800),
               pytest.mark.skipif(device.sm90_device() is None, reason=case.NO_GPU)]
 SPEC = config.load_case("configs/cases", case.CASE)
 GRID = [*SPEC["points"], *SPEC["build_only_points"]]

@@ -14,7 +14,7 @@ import pytest
 from kernels.grouped_gemm_fp8_bf16 import compile_port, port, schedule
 from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.compile, pytest.mark.timeout(300)]
 
 
 def host_check(*args: str):

@@ -18,7 +18,7 @@ import pytest
 
 from kernels.grouped_gemm_fp8_bf16 import reference, schedule
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.compile, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")

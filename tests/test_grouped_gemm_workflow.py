@@ -17,7 +17,7 @@ from casebook import paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from tests.projects import make_project, snakemake
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.compile, pytest.mark.timeout(900)]
 RESULTS = f"results/cpu/{case.CASE}"
 
 

@@ -43,6 +43,8 @@ from kernels.splash_attention.problems import (
     segments,
 )
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 TOL = {dtype: {name: config.shipped_tolerance("splash_attention", dtype, name)
                for name in ("out", "dq", "dk", "dv")} for dtype in ("float16", "bfloat16")}
 FWD = mgpu_forward.TuningConfig(64, 64, 2)

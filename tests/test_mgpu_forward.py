@@ -36,6 +36,8 @@ from kernels.splash_attention.problems import (
     segments,
 )
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 TOL = {dtype: config.shipped_tolerance("splash_attention", dtype, "out")
        for dtype in ("float16", "bfloat16")}
 LSE_TOL = problems.LSE_TOLERANCE

@@ -12,6 +12,8 @@ import pytest
 from casebook import cases, config, paths, verify
 from kernels.moe_nvfp4 import mgpu_quantize, nvfp4, variants
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 moe = cases.load("moe_nvfp4")
 SPEC = config.load_case(paths.SOURCE_ROOT / "configs/cases", "moe_nvfp4")
 POINT = SPEC["points"][0]["params"]

@@ -29,6 +29,8 @@ from kernels.moe_nvfp4 import (
     problems,
 )
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 POISON = 0xFF  # the interpreter's uninitialised uint8
 
 

@@ -19,6 +19,8 @@ import pytest
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import layouts, mgpu_gemm, mgpu_mainloop, moe_f64, nvfp4, problems
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3),
            mgpu_gemm.TuningConfig(64, 128, 1, persistent_ctas=3)]
 IDS = [f"m{c.block_m}n{c.block_n}s{c.stages}p{c.persistent_ctas}" for c in CONFIGS]

@@ -11,6 +11,8 @@ import pytest
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import checks, mgpu_quantize, moe_f64, nvfp4, problems
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 POISON = 0xFF  # the interpreter's uninitialised uint8
 
 

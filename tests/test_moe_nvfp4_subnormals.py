@@ -21,6 +21,8 @@ import kernels.moe_nvfp4 as case
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import checks, mgpu_quantize, nvfp4, problems
 
+pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+
 E, M, K = 2, 256, 512  # the interpreted shape of tests/test_moe_nvfp4_quantize.py
 TINY = 2.0**-126  # the smallest normal float32 (and bf16)
 # |x| < 2^-126 scaled by gs/sf (sf >= 2^-9 when not 0) reaches e2m1's first step 0.25 only

@@ -29,7 +29,7 @@ from test_workflow import edited, make_project, snakemake, tiny_case
 from casebook import paths
 from tests.projects import finished_run
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]
 
 PROFILE = paths.SOURCE_ROOT / "workflow/profiles/slurm"
 CASE = tiny_case(variants=("upstream",))

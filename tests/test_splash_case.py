@@ -16,6 +16,8 @@ from casebook.verify import compare
 from kernels import contract
 from kernels.splash_attention import upstream
 
+pytestmark = [pytest.mark.interpret]
+
 splash = cases.load("splash_attention")
 
 POINTS = {
