@@ -1,12 +1,6 @@
 # GPU hosts only: measure each point's tile candidates, pick one, write the target's tile
 # table (build, verify and time then apply it). Not part of `all`; `snakemake autotune`
 # runs it, and refuses target cpu: interpreter times say nothing about GPU speed.
-from casebook import tile_table
-
-
-def autotuned(case):
-    """The variants of ``case`` whose tile choice is autotuned (config `autotune`)."""
-    return CASES[case].get("autotune", {}).get("variants", [])
 
 
 rule tile_choice:
@@ -46,15 +40,6 @@ rule tile_table:
         paths.log("autotune", "{target}", "{case}", "table"),
     script:
         "../scripts/tile_table.py"
-
-
-def autotune_tables(wildcards):
-    if "cpu" in MEASURED:
-        raise WorkflowError(f"casebook: {tile_table.CPU_REFUSAL}")
-    tuned = [case for case in CASES if autotuned(case)]
-    if not tuned:
-        raise WorkflowError("casebook: no case of this config has `autotune` variants")
-    return [paths.tile_table(t, case) for t in MEASURED for case in tuned]
 
 
 rule autotune:

@@ -5,14 +5,15 @@ import re
 import sys
 
 sys.path[:0] = [os.path.join(workflow.basedir, "workflow"), workflow.basedir]
-# Scripts run as separate interpreters: they find the library through PYTHONPATH.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [*sys.path[:2], *filter(None, [os.environ.get("PYTHONPATH")])]
+# Scripts run as separate interpreters: they find the library through PYTHONPATH, which
+# the workflow sets (it asks the user for no environment variable).
+os.environ.update(
+    PYTHONPATH=os.pathsep.join([*sys.path[:2], *filter(None, [os.environ.get("PYTHONPATH")])])
 )
 
 from snakemake.utils import validate
 
-from casebook import config as case_config, hostcapture, paths, provenance, verdict
+from casebook import config as case_config, hostcapture, paths, provenance, tile_table, verdict
 from casebook.errors import RUN_PID, CasebookError
 
 # Each job ends when this process does, even one killed while its job was starting up.
@@ -139,3 +140,34 @@ def figure_inputs(wildcards):
     floor = [f for f in [paths.noise_floor_record(target)] if Path(f).exists()]
     return [paths.env_record(target), paths.host_record(target), *floor, *sorted(map(str, found)),
             *randomized_records(wildcards.case)]
+
+
+def autotuned(case):
+    """The variants of ``case`` whose tile choice is autotuned (config `autotune`)."""
+    return CASES[case].get("autotune", {}).get("variants", [])
+
+
+def autotune_tables(wildcards):
+    if "cpu" in MEASURED:
+        raise WorkflowError(f"casebook: {tile_table.CPU_REFUSAL}")
+    tuned = [case for case in CASES if autotuned(case)]
+    if not tuned:
+        raise WorkflowError("casebook: no case of this config has `autotune` variants")
+    return [paths.tile_table(t, case) for t in MEASURED for case in tuned]
+
+
+def figure_files(wildcards):
+    """Each target's figure manifest, and the figures and sidecars it lists once the
+    figures checkpoint has made it: a hand-edited sidecar reruns the page. What a corrupt
+    manifest lists cannot be read here; the page job then reports it."""
+    files = []
+    for target in TARGETS:
+        manifest = checkpoints.figures.get(case=wildcards.case, shown_target=target).output[0]
+        files.append(manifest)
+        try:
+            names = json.loads(Path(manifest).read_text())["figures"]
+            listed = [paths.figure(wildcards.case, target, name) for name in names]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        files += [f for svg in listed for f in (svg, paths.sidecar(svg)) if os.path.exists(f)]
+    return files

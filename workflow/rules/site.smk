@@ -8,23 +8,6 @@
 SHARED_PARTS = [paths.site_part(part) for part in ("index", "methods", "static")]
 
 
-def figure_files(wildcards):
-    """Each target's figure manifest, and the figures and sidecars it lists once the
-    figures checkpoint has made it: a hand-edited sidecar reruns the page. What a corrupt
-    manifest lists cannot be read here; the page job then reports it."""
-    files = []
-    for target in TARGETS:
-        manifest = checkpoints.figures.get(case=wildcards.case, shown_target=target).output[0]
-        files.append(manifest)
-        try:
-            names = json.loads(Path(manifest).read_text())["figures"]
-            listed = [paths.figure(wildcards.case, target, name) for name in names]
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
-        files += [f for svg in listed for f in (svg, paths.sidecar(svg)) if os.path.exists(f)]
-    return files
-
-
 rule page:
     input:
         case_file,
