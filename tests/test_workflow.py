@@ -200,6 +200,27 @@ def test_the_run_printed_its_progress_per_stage(project):
     assert all(a == b for a, b in (c.split("/") for c in counts.values()))
 
 
+def test_every_published_file_comes_from_one_declared_part(project):
+    """The site is the parts the site rule declares as its inputs (each a folder output
+    of its own rule), merged: nothing else, and no file from two parts."""
+    done = snakemake(project, "--dry-run", "--forcerun", "site", "--", "site/public")
+    assert done.returncode == 0, done.stderr[-3000:]
+    block = re.search(r"^(?:local)?rule site:\n(.*?)^\S", done.stdout + done.stderr,
+                      re.MULTILINE | re.DOTALL)[1]
+    parts = re.search(r"^    input: (.*)$", block, re.MULTILINE)[1].split(", ")
+    assert {"build/site/index", "build/site/records"} <= set(parts)
+
+    def files(root: Path) -> list[str]:
+        return [p.relative_to(root).as_posix() for p in root.rglob("*")
+                if p.is_file() and p.name != ".snakemake_timestamp"]
+
+    made = [f for part in parts for f in files(project / part)]
+    assert len(made) == len(set(made)), "a file comes from two parts"
+    assert sorted(made) == sorted(files(project / "site/public"))
+    assert "data/cpu/env.json" in made  # the records part's, linked by every page
+    assert any(f.startswith("data/cpu/splash_attention/verify/") for f in made)
+
+
 def test_second_run_does_nothing(project):
     done = snakemake(project, "--dry-run")
     assert done.returncode == 0

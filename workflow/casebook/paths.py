@@ -207,7 +207,8 @@ def present_targets() -> list[str]:
 
 def site_part(part: str) -> str:
     """A part of the site rendered apart (``pages/<case>``, ``index``, ``methods``,
-    ``static``): a folder laid out as the site, merged into it when it is published."""
+    ``records``, ``static``): a folder laid out as the site, merged into it when it is
+    published; each file of the site comes from one part."""
     return f"{STAGE}/{part}"
 
 
@@ -218,6 +219,11 @@ def page_part(case: str) -> str:
 def page_status(case: str) -> str:
     """The record of how a case's page was rendered: published, or failed and why."""
     return f"{STAGE}/pages/{case}.json"
+
+
+def target_records(target: str) -> tuple[str, ...]:
+    """A target's records that every page links (the site's ``records`` part holds them)."""
+    return env_record(target), host_record(target), noise_floor_record(target)
 
 
 def site_index(root: str = SITE) -> str:

@@ -13,7 +13,6 @@ are copied into it, so it works opened from disk and needs no network.
 from __future__ import annotations
 
 import datetime as dt
-import filecmp
 import functools
 import os
 import re
@@ -59,12 +58,14 @@ def _render(out: str, template: str, **context: Any) -> None:
 
 def publish(result: str, root: str) -> str | None:
     """Copy a file under results/ into the site part at ``root``; its link from a page,
-    or None if absent."""
+    or None if absent. A target's shared records (``paths.target_records``) are the
+    records part's alone: linked, never copied here."""
     if not Path(result).exists():
         return None
     published = paths.site_data(result, root)
-    Path(published).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(result, published)
+    if result not in paths.target_records(Path(result).relative_to(paths.RESULTS).parts[0]):
+        Path(published).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(result, published)
     return paths.site_href(published, root)
 
 
@@ -223,6 +224,17 @@ def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
     _render(paths.site_index(root), "index.html", site_title=title, cards=cards, page="index")
 
 
+def target_records(targets: list[str], root: str) -> None:
+    """Each target's shared records (environment, host, noise floor: every page links
+    them), copied into the site part at ``root`` once."""
+    for target in targets:
+        for record in paths.target_records(target):
+            if Path(record).exists():
+                published = paths.site_data(record, root)
+                Path(published).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(record, published)
+
+
 def static_assets(root: str) -> None:
     """The style sheet and script, copied into the site part at ``root``."""
     for asset in sorted(paths.STATIC_DIR.iterdir()):
@@ -262,9 +274,10 @@ _SNAKEMAKE_STAMP = ".snakemake_timestamp"
 def publish_site(parts: list[str], site: str) -> None:
     """Merge the rendered ``parts`` into a new folder, then put it in place of ``site``.
 
-    A file two parts both hold (a target's host record, say) must be the same in both.
-    The old site is renamed away only once the new one is complete; a run killed in
-    between leaves one of the two whole beside ``site``."""
+    Each file comes from one part (two parts holding one file is an error: each file of
+    the site has one rule that makes it). The old site is renamed away only once the new
+    one is complete; a run killed in between leaves one of the two whole beside
+    ``site``."""
     new, old = Path(f"{site}.new"), Path(f"{site}.old")
     shutil.rmtree(new, ignore_errors=True)
     for part in map(Path, parts):
@@ -272,9 +285,9 @@ def publish_site(parts: list[str], site: str) -> None:
             if not source.is_file() or source.name == _SNAKEMAKE_STAMP:
                 continue
             target = new / source.relative_to(part)
-            if target.exists() and not filecmp.cmp(source, target, shallow=False):
-                raise CasebookError(source, None, f"differs from {target.relative_to(new)} "
-                                    f"of another part of the site")
+            if target.exists():
+                raise CasebookError(source, None, f"{target.relative_to(new)} is made by "
+                                    f"another part of the site too")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
     shutil.rmtree(old, ignore_errors=True)

@@ -5,7 +5,7 @@
 # restores it), and a page whose inputs do not read back is rendered as failed.
 
 
-SHARED_PARTS = [paths.site_part(part) for part in ("index", "methods", "static")]
+SHARED_PARTS = [paths.site_part(part) for part in ("index", "methods", "records", "static")]
 
 
 rule page:
@@ -49,6 +49,26 @@ rule methods:
         paths.log("site", "methods"),
     script:
         "../scripts/methods.py"
+
+
+# Each target's environment, host and noise-floor records: linked by every page, copied
+# into the site once. The measured targets' are made by their rules; others' if present.
+rule records:
+    input:
+        [
+            r
+            for t in TARGETS
+            for r in paths.target_records(t)
+            if t in MEASURED or os.path.exists(r)
+        ],
+    output:
+        directory(paths.site_part("records")),
+    params:
+        targets=TARGETS,
+    log:
+        paths.log("site", "records"),
+    script:
+        "../scripts/records.py"
 
 
 rule static:

@@ -1,0 +1,7 @@
+"""Snakemake script: stage 8, each target's shared records, as a part of the site."""
+
+from casebook import site
+from casebook.errors import reported
+
+with reported(snakemake):
+    site.target_records(snakemake.params.targets, snakemake.output[0])
