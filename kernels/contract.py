@@ -46,8 +46,6 @@ from typing import Any, NamedTuple, Protocol, TypedDict
 import numpy as np
 
 SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
-REQUIRED = ("make_inputs", "oracle", "check_params", "outputs", "baseline_outputs", "build",
-            "kernel", "baseline", "reference_file", "model_outputs", "mutants")
 OPTIONAL = ("races_found", "reset", "compare", "tile_candidates")
 
 
@@ -137,6 +135,10 @@ class CasePlugin(Protocol):
                       want: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
     def mutants(self, params: dict[str, Any]) -> list[Any]: ...
+
+
+REQUIRED = tuple(name for name, value in vars(CasePlugin).items()
+                 if callable(value) and not name.startswith("_"))
 
 
 def races_found(plugin: Any) -> bool:
