@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]
 PROFILE = paths.SOURCE_ROOT / "workflow/profiles/slurm"
 CASE = tiny_case(variants=("upstream",))
 GPU_RULES = {"env", "host", "lower", "verify", "noise_floor", "time", "baseline"}
-CPU_RULES = {"build", "check_power", "figures", "page", "methods", "static", "index", "site"}
+CPU_RULES = {"build", "check_power", "figures", "page", "methods", "records", "static", "index",
+             "site"}
 MEASUREMENT_RULES = {"noise_floor", "time", "baseline"}
 # What a verify record says about correctness, apart from its fresh draws and errors.
 VERDICT = ("target", "case", "variant", "point", "params", "sources_sha256", "oracle",

@@ -20,10 +20,12 @@ from kernels.contract import Runnable
 
 
 def settings_of(measurement: dict[str, Any]) -> engine.Settings:
-    """The engine's settings from the config's ``measurement`` block (noise keys aside)."""
+    """The engine's settings from a ``measurement`` block (noise keys aside); a key it
+    does not set takes the schema's default."""
     keys = {f.name for f in dataclasses.fields(engine.Settings)}
+    block = {**config.measurement_defaults(), **measurement}
     try:
-        return engine.Settings(**{k: v for k, v in measurement.items() if k in keys})
+        return engine.Settings(**{k: v for k, v in block.items() if k in keys})
     except ValueError as error:
         raise CasebookError(paths.CONFIG_SCHEMA, "measurement", str(error)) from None
 
@@ -31,7 +33,7 @@ def settings_of(measurement: dict[str, Any]) -> engine.Settings:
 def default_settings(**overrides: Any) -> engine.Settings:
     """The schema's measurement defaults with ``overrides``: what a benchmark or a test
     measures with unless it says otherwise."""
-    return settings_of({**config.measurement_defaults(), **overrides})
+    return settings_of(overrides)
 
 
 def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Settings:
