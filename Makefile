@@ -44,7 +44,7 @@ HOST_BIN := $(CURDIR)/$(REHEARSAL)/host/bin
 CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13/bin))
 TREE := $(CURDIR)/$(REHEARSAL)/tree
 IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
-	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)/workflow:$(TREE)/workflow/plugins:$(TREE)
+	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)
 # Each case's interpret-mode and lowering tests under jax 0.11.2, a worker per core: 7.5 min
 # on one core (jax 0.11.2's Mosaic GPU layout inference takes 50 s for each of the fused MoE
 # kernel's two lowerings); `timeout` stops a hang.
@@ -69,15 +69,15 @@ $(STAMP): env/$(LOCK).lock env/reference.lock
 		--require-hashes -r env/reference.lock
 	sha256sum env/$(LOCK).lock env/reference.lock > $@
 
-# Snakemake finds its logger plugin (workflow/plugins: the progress line per stage) on
-# sys.path when it starts, before it reads the Snakefile: the venv lists that folder.
-PLUGINS_PTH := $(VENV)/.plugins-pth
-$(PLUGINS_PTH): $(STAMP)
-	echo "$(CURDIR)/workflow/plugins" > \
-		"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/casebook-plugins.pth"
+# The project itself (casebook, the case packages, the progress-line plug-in that Snakemake
+# finds when it starts), installed editable: it reads configs and templates from here.
+INSTALLED := $(VENV)/.installed
+$(INSTALLED): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		--no-build-isolation --no-index --editable .
 	touch $@
 
-env: $(STAMP) $(PLUGINS_PTH)
+env: $(STAMP) $(INSTALLED)
 
 # A killed run resumes by itself: make holds its own lock on the folder (flock, released
 # when the process holding it dies), so a Snakemake lock found then is a killed run's and
@@ -89,7 +89,7 @@ run: env
 		'$(BIN)/snakemake --unlock --quiet && $(BIN)/snakemake --cores all --rerun-incomplete'; \
 		status=$$?; [ $$status -ne 75 ] || echo "make: another make run holds $(RUN_LOCK)" >&2; \
 		exit $$status
-	PYTHONPATH=workflow:. $(BIN)/python -m casebook.verdict
+	$(BIN)/python -m casebook.verdict
 
 # One pytest worker per core (pytest-xdist), a test file per worker: a file's module fixtures
 # (a workflow run, a SLURM cluster, an nvcc build) are made once; the longest files start
@@ -113,17 +113,17 @@ lint: env
 	$(BIN)/ruff check .
 
 bench: env
-	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.calibration
-	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.efficiency
-	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.rerun_coverage
-	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
-	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
-	PYTHONPATH=workflow:. $(BIN)/python -m benchmarks.reuse_guard_load
+	$(BIN)/python -m benchmarks.calibration
+	$(BIN)/python -m benchmarks.efficiency
+	$(BIN)/python -m benchmarks.rerun_coverage
+	$(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
+	$(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
+	$(BIN)/python -m benchmarks.reuse_guard_load
 
 gpu-host: env
 	rm -rf $(BUNDLE)
-	PYTHONPATH=workflow:. $(BIN)/python -m casebook.wheelhouse build $(BUNDLE)
-	PYTHONPATH=workflow:. $(BIN)/python -m kernels.grouped_gemm_fp8_bf16.prebuild \
+	$(BIN)/python -m casebook.wheelhouse build $(BUNDLE)
+	$(BIN)/python -m kernels.grouped_gemm_fp8_bf16.prebuild \
 		build/grouped_gemm_fp8_bf16 $(BUNDLE)/case03-build.tar.xz
 	@ls -l $(BUNDLE)
 

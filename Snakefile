@@ -3,7 +3,7 @@
 pinned environment -> host -> build -> verify -> noise floor -> time -> baseline -> figures
 -> site.
 Records go to results/<target>/..., figures to results/figures/, pages to site/public/
-(the whole scheme: workflow/casebook/paths.py). `snakemake <case>` runs one case.
+(the whole scheme: casebook/paths.py). `snakemake <case>` runs one case.
 """
 
 from snakemake.utils import min_version

@@ -11,7 +11,7 @@ blocks from the mask function on iota; ``mgpu_mask_tiles``: forward, from MaskIn
 tiles; ``mgpu_bwd``: dq, dk, dv) as a ``randomized_check`` record in
 benchmarks/results/fuzz_mgpu.json, which the splash attention page cites.
 
-    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.fuzz_mgpu [--examples 40]
+    .venv/bin/python -m benchmarks.fuzz_mgpu [--examples 40]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from kernels.splash_attention import (
     mgpu_backward,
     mgpu_forward,
     oracle_f64,
-    reference_vjp,
+    oracle_vjp,
 )
 from kernels.splash_attention.problems import (
     DTYPE,
@@ -92,7 +92,7 @@ def run_one(problem: dict, rng: np.random.Generator) -> dict:
     grads = jax.block_until_ready(vjp(jnp.asarray(do)))
     seconds = time.perf_counter() - start
     races = mgpu_interpret.races_found()
-    want = reference_vjp.gradients(q, k, v, do, dense(mask), segment_ids=segment_ids,
+    want = oracle_vjp.gradients(q, k, v, do, dense(mask), segment_ids=segment_ids,
                                    soft_cap=problem["soft_cap"])
     tol = TOL[problem["dtype"]]
     checks = {"out": compare(np.asarray(forward[0] if problem["lse"] else forward,

@@ -8,7 +8,7 @@
 All in the Mosaic GPU interpreter with race detection. Records every draw in
 benchmarks/results/fuzz_moe_nvfp4.json.
 
-    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.fuzz_moe_nvfp4 [--draws 3]
+    .venv/bin/python -m benchmarks.fuzz_moe_nvfp4 [--draws 3]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from benchmarks.workloads import write
 from casebook import cases, config, paths, verify
 from kernels import mgpu_interpret
-from kernels.moe_nvfp4 import layouts, mgpu_gemm, moe_f64, problems, variants
+from kernels.moe_nvfp4 import layouts, mgpu_gemm, oracle_f64, port, problems
 
 GEMMS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3),
          mgpu_gemm.TuningConfig(64, 128, 4), mgpu_gemm.TuningConfig(128, 128, 2, 3)]
@@ -44,11 +44,11 @@ def exact_gemm(config: mgpu_gemm.TuningConfig, rng: np.random.Generator) -> dict
     out = np.asarray(fn(a[0], a[1], *layouts.k_pair_major(b[0], b[1]), alpha, masked),
                      np.float64)
     seconds = time.perf_counter() - start
-    want = moe_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
+    want = oracle_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
     want = want.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-    valid = moe_f64.valid_rows(masked, m)
+    valid = oracle_f64.valid_rows(masked, m)
     return {"config": repr(config), "shape": [e, m, n, k], "masked_m": masked.tolist(),
-            "exact_condition": moe_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1]),
+            "exact_condition": oracle_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1]),
             "bit_exact": bool(np.array_equal(out[valid], want[valid])),
             "untouched": bool(np.isnan(out[~valid]).all()),
             "races_found": mgpu_interpret.races_found(), "seconds": seconds}
@@ -84,7 +84,7 @@ def main() -> None:
     rng = np.random.default_rng(seed)
     spec = config.load_case(paths.SOURCE_ROOT / "configs/cases", "moe_nvfp4")
     gemms = [exact_gemm(c, rng) for c in GEMMS for _ in range(args.draws)]
-    runs = [variant_draw(v, rng, spec) for v in variants.VARIANTS for _ in range(args.draws)]
+    runs = [variant_draw(v, rng, spec) for v in port.VARIANTS for _ in range(args.draws)]
     summary = {
         "seed": seed,
         "exact_gemm_draws": len(gemms),

@@ -15,5 +15,5 @@ cd "$(dirname "$0")/.."
 if [ -z "${CASEBOOK_PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then CASEBOOK_PYTHON=.venv/bin/python; else CASEBOOK_PYTHON=python3; fi
 fi
-export PYTHONPATH="${CASEBOOK_SITE:+$CASEBOOK_SITE:}$PWD/workflow:$PWD/workflow/plugins:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="${CASEBOOK_SITE:+$CASEBOOK_SITE:}$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec "$CASEBOOK_PYTHON" -m casebook.gpu_window "$@"

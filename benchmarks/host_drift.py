@@ -12,7 +12,7 @@ the drift is CPU time taken away (steal) or the same CPU time buying less work.
 Workloads: ``jax_matmul_256`` (the noise floor's: one jitted 256x256 float32 matmul)
 and ``numpy_matmul_128`` (a 128x128 float64 numpy matmul, no XLA).
 
-    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.host_drift [--seconds 20]
+    .venv/bin/python -m benchmarks.host_drift [--seconds 20]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ their wall and CPU time summed, the median and slowest job, and the median start
 process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed. The
 result goes to benchmarks/results/pipeline_time.json, the cases run named in it.
 
-    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.pipeline_time [--cores 2]
+    .venv/bin/python -m benchmarks.pipeline_time [--cores 2]
         [--config cases=[splash_attention]]
 """
 

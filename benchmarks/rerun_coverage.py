@@ -13,7 +13,7 @@ job widens it to its host's recorded floor).
   ordered pairs (i, j), i ≠ j, whose median j lies inside interval i. The target is
   ≥ 95%: a record's interval then says where a rerun lands.
 
-    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.rerun_coverage [--runs 20]
+    .venv/bin/python -m benchmarks.rerun_coverage [--runs 20]
         [--floors 3]
 """
 

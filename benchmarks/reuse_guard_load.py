@@ -12,7 +12,7 @@ counterparts of those in tests/test_measure_engine.py, is measured ``--cheat-run
 times under the same load and must be refused every time (which guard refused it is
 recorded). The result is a versioned record, benchmarks/results/reuse_guard_load.json.
 
-    PYTHONPATH=workflow:. .venv/bin/python -m benchmarks.reuse_guard_load [--runs 200]
+    .venv/bin/python -m benchmarks.reuse_guard_load [--runs 200]
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ import yaml
 
 from casebook import paths
 
-SOURCES = ["Snakefile", "profiles", "workflow", "kernels", "configs", "site", "env", "benchmarks"]
+SOURCES = ["Snakefile", "profiles", "workflow", "casebook", "kernels",
+           "snakemake_logger_plugin_casebook", "configs", "site", "env", "benchmarks"]
 # A loose target and few A/A rounds keep the run short; the protocol is the real one.
 MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.05,
                "min_samples": 5, "min_time_s": 0.001, "timeout_s": 5, "confidence": 0.9,

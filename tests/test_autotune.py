@@ -33,7 +33,7 @@ from casebook.errors import CasebookError
 from kernels import contract
 from kernels.contract import Runnable
 from kernels.splash_attention import autotune as candidates_of
-from kernels.splash_attention import mgpu, mgpu_backward, mgpu_forward
+from kernels.splash_attention import mgpu_backward, mgpu_forward, port
 from tests.projects import MEASUREMENT, make_project, snakemake, tiny_case
 
 LIMIT = 232_448  # Hopper's opt-in shared memory per block
@@ -73,7 +73,7 @@ def test_the_smem_filter_keeps_what_fits_the_budget_and_names_what_does_not():
     assert backward["key"] == "bwd_tiles"
     assert [c["tiles"] for c in backward["kept"]] == [{"block_q": 64, "block_kv": 64,
                                                        "stages": 1}]
-    deeper = mgpu_backward.smem_bytes(mgpu.problem(BIG), mgpu_backward.BackwardConfig(64, 64, 2),
+    deeper = mgpu_backward.smem_bytes(port.problem(BIG), mgpu_backward.BackwardConfig(64, 64, 2),
                                       has_tiles=False)
     assert by_tiles(backward, "rejected")[64, 64, 2]["smem_bytes"] == deeper
     assert max(deeper.values()) > LIMIT
@@ -232,13 +232,13 @@ def test_the_tuned_table_sets_tiles_unless_the_config_gives_them(tmp_path, monke
     point = next(p for p in spec["points"] if "tiles" not in p["params"])
     params = point["params"]
     tuned_tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
-    assert mgpu.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)  # the budget rule
+    assert port.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)  # the budget rule
     assert tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params) == (
         params, None)  # no table yet
     table = write_table(tmp_path, point["name"], params, tuned_tiles)
 
     tuned, used = tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params)
-    assert mgpu.tuning(tuned) == mgpu_forward.TuningConfig(**tuned_tiles)
+    assert port.tuning(tuned) == mgpu_forward.TuningConfig(**tuned_tiles)
     assert used["applied"] and used["sha256"] == provenance.file_sha256(table)
     assert used["file"] == paths.tile_table("h200", "splash_attention")
     assert tile_table.apply("cpu", "splash_attention", "mgpu", point["name"], params)[1] is None
@@ -248,7 +248,7 @@ def test_the_tuned_table_sets_tiles_unless_the_config_gives_them(tmp_path, monke
     explicit = {**params, "tiles": {"block_q": 128, "block_kv": 64, "stages": 2,
                                     "compute_wgs": 1}}
     kept, used = tile_table.apply("h200", "splash_attention", "mgpu", point["name"], explicit)
-    assert mgpu.tuning(kept) == mgpu_forward.TuningConfig(128, 64, 2, 1)
+    assert port.tuning(kept) == mgpu_forward.TuningConfig(128, 64, 2, 1)
     assert not used["applied"] and "case config gives `tiles`" in used["why"]
 
     with pytest.raises(CasebookError, match=r"rows\.mgpu\..*\.params: tuned for other"):
@@ -315,7 +315,7 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     point = case["points"][0]
     params = config.load_case(tmp_path / "cases", "splash_attention")["points"][0]["params"]
     tuned_tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
-    assert mgpu.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)
+    assert port.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)
     table = write_table(tmp_path, point["name"], params, tuned_tiles)
 
     lowered = build.lower(str(tmp_path / "cases"), "splash_attention", "mgpu",

@@ -54,6 +54,21 @@ def test_every_shipped_case_defines_the_contract(case):
     assert {"make_inputs", "oracle", "kernel", "baseline", "mutants"} <= set(contract.REQUIRED)
 
 
+# The modules every case names alike (docs/adding-a-case.md), each with a docstring.
+ROLE_MODULES = ("oracle_f64", "port", "baselines", "problems", "near_misses")
+
+
+@pytest.mark.parametrize("case", config.load_global()["cases"])
+def test_every_shipped_case_names_its_roles_alike(case):
+    folder = paths.kernel_dir(case)
+    assert (folder / "README.md").is_file(), f"{case}: README.md"
+    for role in ROLE_MODULES:
+        module = folder / f"{role}.py"
+        assert module.is_file(), f"{case}: no {role}.py"
+        assert ast.get_docstring(ast.parse(module.read_text())), f"{case}: {role}.py"
+        assert f"`{role}`" in (folder / "README.md").read_text(), f"{case}: README, {role}"
+
+
 def test_execution_facts_are_typed():
     made = contract.execution("Pallas interpret mode", interpret=True, framework="jax 0.10.2")
     assert made == {"mode": "Pallas interpret mode", "interpret": True, "poisoned": False,

@@ -19,7 +19,7 @@ import pytest
 from casebook import paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, device
-from kernels.grouped_gemm_fp8_bf16.problem import MODES
+from kernels.grouped_gemm_fp8_bf16.problems import MODES
 
 pytestmark = [pytest.mark.compile]
 

@@ -9,16 +9,16 @@ import pytest
 
 from casebook import config
 from kernels import grouped_gemm_fp8_bf16 as case
-from kernels.grouped_gemm_fp8_bf16 import numerics, problem
+from kernels.grouped_gemm_fp8_bf16 import numerics, oracle_f64, problems
 
 pytestmark = pytest.mark.timeout(120)
 TOLERANCE = config.load_case("configs/cases", case.CASE)["tolerances"]["e5m2_bf16"]
 
 
-def grouped(**changes) -> problem.GroupedProblem:
+def grouped(**changes) -> problems.GroupedProblem:
     fields = {"m": (16, 40, 0, 64), "n": 256, "k": 512, "chunk": 128, "mode": "scale_only",
               "alpha": 1.5, "beta": 0.5}
-    return problem.GroupedProblem(**{**fields, **changes})
+    return problems.GroupedProblem(**{**fields, **changes})
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -33,7 +33,7 @@ def grouped(**changes) -> problem.GroupedProblem:
 ], ids=["no_groups", "negative_m", "n_alignment", "k_alignment", "k_zero", "chunk_zero",
         "mode", "beta_nan"])
 def test_a_bad_problem_is_rejected_naming_the_field(changes, message):
-    with pytest.raises(problem.ProblemError, match=message.replace("[", r"\[")
+    with pytest.raises(problems.ProblemError, match=message.replace("[", r"\[")
                        .replace("(", r"\(")):
         grouped(**changes)
 
@@ -48,33 +48,33 @@ def test_check_params_reports_the_key_and_the_reason_to_the_pipeline():
 
 
 def test_m_drawn_as_the_example_draws_it():
-    m = problem.draw_m(1000, seed=5)
+    m = problems.draw_m(1000, seed=5)
     assert set(m) <= {16 * i for i in range(1, 65)}
     assert len(set(m)) > 50  # the whole range is used
-    assert problem.from_params({"m": {"groups": 4, "rows": 2048}, "n": 16, "k": 16,
+    assert problems.from_params({"m": {"groups": 4, "rows": 2048}, "n": 16, "k": 16,
                                 "chunk": 16, "mode": "convert_only"}).m == (2048,) * 4
 
 
 def test_inputs_follow_the_example_distributions_and_are_fresh():
     p = grouped(m=(256, 512), n=512)
-    first = numerics.make_inputs(p, np.random.default_rng())
-    second = numerics.make_inputs(p, np.random.default_rng())
+    first = problems.make_inputs(p, np.random.default_rng())
+    second = problems.make_inputs(p, np.random.default_rng())
     assert first["a"].dtype == ml_dtypes.bfloat16 and first["c"].dtype == np.float16
     assert first["b"].dtype == ml_dtypes.float8_e5m2
-    for name, (low, high) in {"a": numerics.A_RANGE, "c": numerics.A_RANGE,
-                              "b": numerics.B_RANGE, "scale": numerics.SCALE_RANGE}.items():
+    for name, (low, high) in {"a": problems.A_RANGE, "c": problems.A_RANGE,
+                              "b": problems.B_RANGE, "scale": problems.SCALE_RANGE}.items():
         values = first[name].astype(np.float64)
         assert low <= values.min() < low + 0.2 and high - 0.2 < values.max() <= high, name
         assert not np.array_equal(values, second[name].astype(np.float64)), name
     assert first["scale"].shape == (2, 512 // 128, 512)
-    ones = numerics.make_inputs(grouped(mode="convert_only"), np.random.default_rng())
+    ones = problems.make_inputs(grouped(mode="convert_only"), np.random.default_rng())
     assert (ones["scale"].astype(np.float32) == 1).all()  # as the example initialises them
 
 
 def test_dequantize_rounds_the_scaled_product_to_bf16_per_chunk():
     p = grouped(m=(16,), n=16, k=256, chunk=128)
-    inputs = numerics.make_inputs(p, np.random.default_rng())
-    got = numerics.dequantize(p, inputs["b"], inputs["scale"])
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    got = problems.dequantize(p, inputs["b"], inputs["scale"])
     b = inputs["b"].astype(np.float64)
     scale = inputs["scale"].astype(np.float64)  # (1, 2, 16): chunk, n
     exact = b[0] * np.repeat(scale[0].T, 128, axis=1)
@@ -85,8 +85,8 @@ def test_dequantize_rounds_the_scaled_product_to_bf16_per_chunk():
 @pytest.mark.parametrize("mode", ["convert_only", "scale_only"])
 def test_the_model_agrees_with_the_oracle_within_the_derived_bound(mode):
     p = grouped(mode=mode, m=(16, 40, 0, 128, 64), k=1024)
-    inputs = numerics.make_inputs(p, np.random.default_rng())
-    want = numerics.oracle(p, inputs)
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    want = oracle_f64.oracle(p, inputs)
     result = numerics.compare(p, inputs, numerics.model(p, inputs), want, TOLERANCE)
     assert result["passed"], result
     assert result["nan_count"] == 0 and result["overflow_count"] == 0
@@ -99,7 +99,7 @@ def test_the_bound_is_per_element_from_the_actual_partial_sums():
     """An output whose products all vanish gets only the subnormal half step; one whose
     partial sums are large gets a bound that grows with them."""
     p = grouped(m=(16,), n=32, k=256, mode="convert_only", alpha=1.0, beta=0.0)
-    inputs = numerics.make_inputs(p, np.random.default_rng())
+    inputs = problems.make_inputs(p, np.random.default_rng())
     inputs["a"][3] = 0
     bound = numerics.error_bound(p, inputs)
     assert np.all(bound[3] == numerics.F16_SUBNORMAL_STEP / 2)
@@ -114,7 +114,7 @@ def test_the_bound_is_per_element_from_the_actual_partial_sums():
 
 def _unrounded(p, inputs):
     """A model that multiplies B by its scale exactly (skips the bf16 rounding)."""
-    return numerics.model(p, inputs, numerics.dequantize(p, inputs["b"], inputs["scale"],
+    return numerics.model(p, inputs, problems.dequantize(p, inputs["b"], inputs["scale"],
                                                          rounded=False))
 
 
@@ -133,9 +133,9 @@ MUTANT_POINTS = [
 def test_the_bound_catches_near_miss_mutants_at_every_k(params):
     """Skipping the bf16 rounding of scale·B, or adding 0.1 to every output, fails at K up
     to 8192, where the inputs' supports gave a bound of 80."""
-    p = problem.from_params(params)
-    inputs = numerics.make_inputs(p, np.random.default_rng())
-    want = numerics.oracle(p, inputs)
+    p = problems.from_params(params)
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    want = oracle_f64.oracle(p, inputs)
     model = numerics.model(p, inputs)
     assert numerics.compare(p, inputs, model, want, TOLERANCE)["passed"]
     biased = (model.astype(np.float32) + np.float32(0.1)).astype(np.float16)
@@ -146,8 +146,8 @@ def test_the_bound_catches_near_miss_mutants_at_every_k(params):
 
 def test_a_correct_f16_overflow_passes_and_a_wrong_one_does_not():
     p = grouped(m=(64, 64), n=128, k=512, alpha=2000.0, beta=0.0)
-    inputs = numerics.make_inputs(p, np.random.default_rng())
-    want = numerics.oracle(p, inputs)
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    want = oracle_f64.oracle(p, inputs)
     model = numerics.model(p, inputs)
     infs = np.isinf(model)
     assert infs.mean() > 0.3 and not np.isnan(model).any()
@@ -169,8 +169,8 @@ def test_a_correct_f16_overflow_passes_and_a_wrong_one_does_not():
 
 def test_nan_and_shape_changes_never_pass():
     p = grouped()
-    inputs = numerics.make_inputs(p, np.random.default_rng())
-    got, want = numerics.model(p, inputs), numerics.oracle(p, inputs)
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    got, want = numerics.model(p, inputs), oracle_f64.oracle(p, inputs)
     got[3, 5] = np.nan
     assert not numerics.compare(p, inputs, got, want, TOLERANCE)["passed"]
     assert not numerics.compare(p, inputs, got[:-1], want, TOLERANCE)["passed"]
@@ -199,11 +199,11 @@ def test_a_bad_input_is_named_not_broadcast(rng, change, message, entry):
     """Wrong dtypes and scale layouts, refused by name where they used to pass silently or
     end in a numpy broadcast error."""
     params = {"m": [16, 32], "n": 256, "k": 256, "chunk": 128, "mode": "scale_only"}
-    problem_ = problem.from_params(params)
-    inputs = change(numerics.make_inputs(problem_, rng))
+    problem_ = problems.from_params(params)
+    inputs = change(problems.make_inputs(problem_, rng))
     with pytest.raises(ValueError, match=message):
         if entry == "plugin":
             runnable = case.kernel("model", params, "check")
             runnable.call(*runnable.prepare(inputs))
         else:
-            getattr(numerics, entry)(problem_, inputs)
+            {"model": numerics.model, "oracle": oracle_f64.oracle}[entry](problem_, inputs)

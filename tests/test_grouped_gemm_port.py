@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kernels.grouped_gemm_fp8_bf16 import compile_port, port, schedule
-from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
+from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem, ProblemError
 
 pytestmark = [pytest.mark.compile, pytest.mark.timeout(300)]
 

@@ -2,7 +2,7 @@
 
 The compile takes ~2 minutes and ~5 GB on 2 cores, so this module builds it once (a
 module fixture) and checks everything on that one binary. The build is kept per user by
-its inputs' hash (``reference.user_cache``): where this user already compiled these
+its inputs' hash (``upstream.user_cache``): where this user already compiled these
 sources with this nvcc (in CI: ``make gpu-host``, just before), the fixture copies that
 build, and the facts of the copy are checked against the binary itself. The binary runs
 here only as --resources (host code, no GPU), and its library (libex69.so) is loaded,
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.grouped_gemm_fp8_bf16 import reference, schedule
+from kernels.grouped_gemm_fp8_bf16 import schedule, upstream
 
 pytestmark = [pytest.mark.compile, pytest.mark.timeout(1500)]
 
@@ -24,14 +24,14 @@ pytestmark = [pytest.mark.compile, pytest.mark.timeout(1500)]
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     build_dir = str(tmp_path_factory.mktemp("build"))
-    return build_dir, reference.build(build_dir)
+    return build_dir, upstream.build(build_dir)
 
 
 def test_example_69_compiles_for_sm90a_with_its_resources(built):
     _, facts = built
     assert facts["built"], facts
     # Compiled now, or kept from a compile of the same key: the facts are the binary's.
-    assert reference._resources(Path(facts["binary"])) == facts["kernels"]
+    assert upstream._resources(Path(facts["binary"])) == facts["kernels"]
     assert facts["nvcc"].startswith("Build cuda_13.0")
     assert "arch=compute_90a,code=sm_90a" in facts["flags"]
     for mode in ("convert_only", "scale_only"):
@@ -50,10 +50,10 @@ def test_example_69_compiles_for_sm90a_with_its_resources(built):
 
 def test_a_second_build_is_found_by_its_inputs_hash(built):
     build_dir, first = built
-    again = reference.build.__wrapped__(build_dir)
+    again = upstream.build.__wrapped__(build_dir)
     assert again["cached"] and again["binary"] == first["binary"]
-    assert Path(first["binary"]).parent.name == reference.cache_key(first["nvcc"])
-    assert reference.cache_key("another nvcc") != reference.cache_key(first["nvcc"])
+    assert Path(first["binary"]).parent.name == upstream.cache_key(first["nvcc"])
+    assert upstream.cache_key("another nvcc") != upstream.cache_key(first["nvcc"])
 
 
 def test_a_fresh_clone_finds_the_users_build_by_its_inputs_hash(built, tmp_path,
@@ -62,21 +62,21 @@ def test_a_fresh_clone_finds_the_users_build_by_its_inputs_hash(built, tmp_path,
     name the copy."""
     _, first = built
     monkeypatch.setenv("CASEBOOK_CACHE", str(tmp_path / "cache"))
-    reference._keep_for_user(Path(first["binary"]).parent)
+    upstream._keep_for_user(Path(first["binary"]).parent)
     kept = tmp_path / "cache/ex69" / Path(first["binary"]).parent.name
     assert (kept / "ex69_harness").read_bytes() == Path(first["binary"]).read_bytes()
     clone = tmp_path / "clone"
-    found = reference.build.__wrapped__(str(clone))
+    found = upstream.build.__wrapped__(str(clone))
     assert found["cached"] and found["nvcc"] == first["nvcc"]
     assert Path(found["binary"]) == clone / "ex69" / kept.name / "ex69_harness"
     assert Path(found["binary"]).read_bytes() == Path(first["binary"]).read_bytes()
-    assert reference.build.__wrapped__(str(clone))["binary"] == found["binary"]
+    assert upstream.build.__wrapped__(str(clone))["binary"] == found["binary"]
     shutil.rmtree(kept)  # gone from the cache: the clone's own copy still serves
-    assert reference.build.__wrapped__(str(clone))["binary"] == found["binary"]
+    assert upstream.build.__wrapped__(str(clone))["binary"] == found["binary"]
 
 
 def test_without_nvcc_the_build_says_so(tmp_path):
-    facts = reference.build.__wrapped__(str(tmp_path), tmp_path / "no-nvcc")
+    facts = upstream.build.__wrapped__(str(tmp_path), tmp_path / "no-nvcc")
     assert not facts["built"] and "nvcc not found" in facts["reason"]
 
 
@@ -88,9 +88,9 @@ def test_a_build_of_the_same_sources_by_another_nvcc_is_used_not_recompiled(buil
     other.write_text("#!/bin/sh\necho 'Build cuda_13.9.r13.9/compiler.0'\n")
     other.chmod(0o755)
     for nvcc in (other, None):
-        found = reference.build.__wrapped__(build_dir, nvcc)
+        found = upstream.build.__wrapped__(build_dir, nvcc)
         assert found["cached"] and found["binary"] == first["binary"]
         assert found["nvcc"] == first["nvcc"]  # names the compiler that built it
-    monkeypatch.setattr(reference, "sources_key", lambda: "other sources")
-    facts = reference.build.__wrapped__(build_dir, None)
+    monkeypatch.setattr(upstream, "sources_key", lambda: "other sources")
+    facts = upstream.build.__wrapped__(build_dir, None)
     assert not facts["built"] and "nvcc not found" in facts["reason"]

@@ -13,11 +13,10 @@ from casebook import paths
 from kernels.grouped_gemm_fp8_bf16 import compile_port
 
 OWN = sorted(
-    ".".join(path.relative_to(root).with_suffix("").parts)
-    for root, package in ((paths.SOURCE_ROOT / "workflow", "casebook"),
-                          (paths.SOURCE_ROOT, "kernels"))
-    for path in (root / package).rglob("*.py")
-    if path.name != "__init__.py" or path.parent != root / package
+    ".".join(path.relative_to(paths.SOURCE_ROOT).with_suffix("").parts)
+    for package in ("casebook", "kernels")
+    for path in (paths.SOURCE_ROOT / package).rglob("*.py")
+    if path.name != "__init__.py" or path.parent != paths.SOURCE_ROOT / package
 )
 # Imported inside functions on the GPU path (clocks, throttling, the host record, case 03,
 # the Mosaic GPU lowering) or by Snakemake's own start.

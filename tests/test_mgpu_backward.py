@@ -26,11 +26,11 @@ from casebook.verify import compare
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention import (
     block_plan,
-    mgpu,
     mgpu_autodiff,
     mgpu_backward,
     mgpu_forward,
-    reference_vjp,
+    oracle_vjp,
+    port,
 )
 from kernels.splash_attention.problems import (
     MASK_CASE_IDS,
@@ -75,7 +75,7 @@ def run_and_check(interp, rng, mask, q, k, v, *, seg=None, cap=None, bwd=BWD):
     do = cotangent(rng, q, v.shape[-1])
     got = port_vjp(interp, mask, q, k, v, do, seg=seg, cap=cap, bwd=bwd)
     assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
-    want = reference_vjp.gradients(q, k, v, do, dense(mask), soft_cap=cap,
+    want = oracle_vjp.gradients(q, k, v, do, dense(mask), soft_cap=cap,
                                    segment_ids=None if seg is None else (seg.q, seg.kv))
     results = check_gradients(got, want, q.dtype.name)
     assert all(r["passed"] for r in results.values()), results
@@ -117,7 +117,7 @@ def test_a_row_that_sees_no_key_gets_zero_gradient(rng, interpreter):
     do = cotangent(rng, q, 64)
     got = port_vjp(interpreter, mask, q, k, v, do, bwd=mgpu_backward.BackwardConfig(128, 64, 2))
     assert not mgpu_interpret.races_found()
-    results = check_gradients(got, reference_vjp.gradients(q, k, v, do, dense_mask), "float16")
+    results = check_gradients(got, oracle_vjp.gradients(q, k, v, do, dense_mask), "float16")
     assert all(r["passed"] for r in results.values()), results
     assert np.all(np.asarray(got[1])[0, 70] == 0)
 
@@ -163,7 +163,7 @@ def test_a_wrong_block_table_is_caught(rng, interpreter):
     dkv_plan = block_plan.plan_dkv(mask, 64, 64, 1)
     wrong = dataclasses.replace(dkv_plan, kind=np.where(dkv_plan.kind == block_plan.PARTIAL,
                                                         block_plan.FULL, dkv_plan.kind))
-    want = reference_vjp.gradients(q, k, v, do, dense(mask))
+    want = oracle_vjp.gradients(q, k, v, do, dense(mask))
     verdicts = []
     for plan in (dkv_plan, wrong):
         grads = mgpu_backward.make(problem, config, dq_plan, plan, interpret=interpreter)(
@@ -259,16 +259,16 @@ def test_an_over_budget_backward_fails_the_build_naming_it():
               "bwd_tiles": {"block_q": 128, "block_kv": 128, "stages": 2}}
     with pytest.raises(ValueError, match=r"mgpu_bwd \(dq kernel\).*exceed the 232448-byte "
                                          r"limit.*block_q=128"):
-        mgpu.build("mgpu_bwd", params)
+        port.build("mgpu_bwd", params)
 
 
 def test_the_default_backward_tiles_fit_every_head_dim():
     for head_dim, stages in ((64, 2), (128, 2), (256, 1)):
         params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": head_dim,
                   "mask": {"kind": "causal"}, "dtype": "bfloat16", "segments": 4}
-        config = mgpu.backward_tuning(params)
+        config = port.backward_tuning(params)
         assert config.stages == stages
-        assert max(mgpu_backward.smem_bytes(mgpu.problem(params), config, False).values()) \
+        assert max(mgpu_backward.smem_bytes(port.problem(params), config, False).values()) \
             <= mgpu_forward.SMEM_LIMIT_BYTES
 
 

@@ -24,7 +24,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from casebook import config, paths
 from casebook.verify import compare
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.splash_attention import block_plan, mgpu, mgpu_forward, oracle_f64, problems
+from kernels.splash_attention import block_plan, mgpu_forward, oracle_f64, port, problems
 from kernels.splash_attention.problems import (
     MASK_CASE_IDS,
     MASK_CASES,
@@ -120,8 +120,7 @@ def test_a_pipeline_process_interprets_three_warpgroups_without_starving(rng):
     On a 2-core host XLA's default pool (2 workers) hung this kernel (numpy mask, segment
     ids, logsumexp) in 2 of 3 runs; the process gets >= 4 workers, its children do not."""
     env = {k: v for k, v in os.environ.items() if k != mgpu_interpret.POOL_VARIABLE}
-    env["PYTHONPATH"] = os.pathsep.join([str(paths.SOURCE_ROOT / "workflow"),
-                                         str(paths.SOURCE_ROOT)])
+    env["PYTHONPATH"] = str(paths.SOURCE_ROOT)
     found = subprocess.run(
         [sys.executable, "-c", WARP_SPECIALISED_IN_A_FRESH_PROCESS,
          str(rng.integers(2**32))], env=env, capture_output=True, text=True, timeout=240)
@@ -234,7 +233,7 @@ def test_two_compute_warpgroups_lower_with_a_producer_warpgroup():
     params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 128,
               "mask": {"kind": "causal"}, "dtype": "bfloat16",
               "tiles": {"block_q": 128, "block_kv": 128, "stages": 2, "compute_wgs": 2}}
-    facts = mgpu.build("mgpu", params)["artifacts"][0]["facts"]
+    facts = port.build("mgpu", params)["artifacts"][0]["facts"]
     assert facts["grid"] == [4096 // 128, 16, 1]
     assert facts["block"] == [384, 1, 1]  # 2 consumer warpgroups + 1 producer
     assert facts["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
@@ -250,20 +249,20 @@ def test_bad_problems_are_refused():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("variant", mgpu.FORWARD_VARIANTS)
+@pytest.mark.parametrize("variant", port.FORWARD_VARIANTS)
 @pytest.mark.parametrize(("seq_len", "head_dim", "mask"), [
     (4096, 256, {"kind": "causal"}), (32768, 64, {"kind": "local", "window": [4096, 0]})])
 def test_publishable_sizes_lower_for_sm90a_within_shared_memory(variant, seq_len, head_dim,
                                                                  mask):
     params = {"heads_q": 16, "heads_kv": 16, "seq_len": seq_len, "head_dim": head_dim,
               "mask": mask, "dtype": "bfloat16"}
-    built = mgpu.build(variant, params)
+    built = port.build(variant, params)
     facts = built["artifacts"][0]["facts"]
-    config = mgpu.tuning(params)
+    config = port.tuning(params)
     assert facts["grid"] == [seq_len // config.block_q, 16, 1]
     assert facts["block"] == [128, 1, 1]  # one warpgroup
     # What the compiler allocated covers what the kernel asked for, within the limit.
-    asked = mgpu_forward.smem_bytes(mgpu.problem(params), config,
+    asked = mgpu_forward.smem_bytes(port.problem(params), config,
                                     variant == "mgpu_mask_tiles")
     assert asked <= facts["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
     assert built["block_census"]["empty"] > 0
@@ -275,7 +274,7 @@ def test_an_over_budget_configuration_fails_naming_it():
               "mask": {"kind": "causal"}, "dtype": "float16",
               "tiles": {"block_q": 128, "block_kv": 128, "stages": 3}}
     with pytest.raises(ValueError, match=r"exceed the 232448-byte limit.*block_q=128"):
-        mgpu.build("mgpu", params)
+        port.build("mgpu", params)
 
 
 @pytest.mark.timeout(120)
@@ -286,8 +285,8 @@ def test_the_launch_facts_come_from_the_lowered_module():
     smem = []
     for stages in (1, 2):
         tiles = {"block_q": 64, "block_kv": 64, "stages": stages}
-        fn = mgpu.make("mgpu", {**params, "tiles": tiles})
-        (launch,) = mgpu_lowering.lower_for_cuda(fn, mgpu.arg_shapes(params))["launches"]
+        fn = port.make("mgpu", {**params, "tiles": tiles})
+        (launch,) = mgpu_lowering.lower_for_cuda(fn, port.arg_shapes(params))["launches"]
         smem.append(launch["dynamic_smem_bytes"])
     per_stage = (64 * 64 + 64 * 64) * 2  # one K^T tile and one V tile, f16
     assert smem[1] - smem[0] >= per_stage
@@ -297,10 +296,10 @@ def test_the_default_tiles_take_the_widest_block_kv_that_fits():
     params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "mask": {"kind": "causal"},
               "dtype": "bfloat16"}
     for head_dim, block_kv in ((128, 128), (256, 64)):
-        config = mgpu.tuning({**params, "head_dim": head_dim})
+        config = port.tuning({**params, "head_dim": head_dim})
         assert config.block_kv == block_kv
-        problem = mgpu.problem({**params, "head_dim": head_dim})
+        problem = port.problem({**params, "head_dim": head_dim})
         assert mgpu_forward.smem_bytes(problem, config, True) <= mgpu_forward.SMEM_LIMIT_BYTES
     wider = mgpu_forward.TuningConfig(64, 128, 2)
-    assert mgpu_forward.smem_bytes(mgpu.problem({**params, "head_dim": 256}), wider,
+    assert mgpu_forward.smem_bytes(port.problem({**params, "head_dim": 256}), wider,
                                    True) > mgpu_forward.SMEM_LIMIT_BYTES

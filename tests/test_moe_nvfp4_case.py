@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from casebook import cases, config, paths, verify
-from kernels.moe_nvfp4 import mgpu_quantize, nvfp4, variants
+from kernels.moe_nvfp4 import mgpu_quantize, numerics, port
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]
 
@@ -30,20 +30,20 @@ def check(params, runnable, inputs):
 
 
 def test_the_config_lists_every_variant_and_the_tie_window_it_states():
-    assert sorted(variants.VARIANTS) == sorted(v["name"] for v in SPEC["variants"])
-    assert SPEC["tolerances"]["nvfp4"]["a1"]["rtol"] == nvfp4.TIE_WINDOW
+    assert sorted(port.VARIANTS) == sorted(v["name"] for v in SPEC["variants"])
+    assert SPEC["tolerances"]["nvfp4"]["a1"]["rtol"] == numerics.TIE_WINDOW
 
 
 @pytest.mark.parametrize(("stages", "why"), [
-    ({"gemm1": variants.tiles(64, 64, 2), "fused": variants.mgpu_fused.FusedConfig()},
+    ({"gemm1": port.tiles(64, 64, 2), "fused": port.mgpu_fused.FusedConfig()},
      "either unfused"),
-    ({"quantize": mgpu_quantize.QuantizeConfig(), "gemm2": variants.tiles(64, 64, 2)},
+    ({"quantize": mgpu_quantize.QuantizeConfig(), "gemm2": port.tiles(64, 64, 2)},
      "contiguous"),
-    ({"gemm1": variants.tiles(64, 64, 2), "gemm2": variants.tiles(64, 64, 2)}, "quantize kernel"),
+    ({"gemm1": port.tiles(64, 64, 2), "gemm2": port.tiles(64, 64, 2)}, "quantize kernel"),
 ])
 def test_a_variant_that_does_not_chain_is_rejected(stages, why):
     with pytest.raises(ValueError, match=why):
-        variants.Variant("bad", **stages)
+        port.Variant("bad", **stages)
 
 
 @pytest.mark.timeout(120)
@@ -55,7 +55,7 @@ def test_baselines_answer_the_dense_oracle(rng, name):
     assert result["passed"], result
 
 
-RUNS = [(name, "check") for name in variants.VARIANTS] + [("moe_fused", "time")]
+RUNS = [(name, "check") for name in port.VARIANTS] + [("moe_fused", "time")]
 
 
 @pytest.mark.timeout(300)
@@ -67,13 +67,13 @@ def test_every_variant_runs_through_the_plugin_and_passes(rng, name, purpose):
     assert runnable.execution["interpret"] and runnable.execution["poisoned"]
     assert runnable.execution["race_detection"] == (purpose == "check")
     got, result = check(POINT, runnable, inputs)
-    assert tuple(got) == variants.VARIANTS[name].outputs()
+    assert tuple(got) == port.VARIANTS[name].outputs()
     assert result["passed"], result
     assert not moe.races_found()
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", sorted(variants.VARIANTS))
+@pytest.mark.parametrize("name", sorted(port.VARIANTS))
 def test_every_variant_lowers_at_the_largest_upstream_shape(name):
     params = next(p["params"] for p in SPEC["build_only_points"] if p["name"] == "g6_m1024")
     for artifact in moe.build(name, params)["artifacts"]:
@@ -87,7 +87,7 @@ def test_on_an_sm90_gpu_the_variants_run_for_real_not_interpreted(monkeypatch):
 
     gpu = SimpleNamespace(platform="gpu", compute_capability="9.0", device_kind="NVIDIA H100")
     monkeypatch.setattr(jax, "devices", lambda *args: [gpu])
-    runnable = moe.kernel(next(iter(variants.VARIANTS)), POINT, "check")
+    runnable = moe.kernel(next(iter(port.VARIANTS)), POINT, "check")
     assert not runnable.execution["interpret"] and "H100 (sm_90a)" in runnable.execution["mode"]
 
 
@@ -95,12 +95,12 @@ def test_the_checks_fail_a_wrong_code_and_a_wrong_value(rng):
     inputs = moe.make_inputs(POINT, rng)
     want = moe.oracle(POINT, inputs)
     row = 0 if inputs["masked_m"][0] else 1  # an expert with rows
-    codes = nvfp4.unpack(inputs["a1_packed"])
+    codes = numerics.unpack(inputs["a1_packed"])
     codes[row, 0, 0] = (codes[row, 0, 0] + 3) % 8  # a code three steps away
-    planes = np.stack([nvfp4.e2m1_value(codes), np.repeat(
-        nvfp4.e4m3_value(inputs["a1_scales"]), nvfp4.BLOCK, axis=-1)])
+    planes = np.stack([numerics.e2m1_value(codes), np.repeat(
+        numerics.e4m3_value(inputs["a1_scales"]), numerics.BLOCK, axis=-1)])
     assert not moe.compare(POINT, {}, "a1", planes, want["a1"], tolerance("a1"))["passed"]
-    planes[0] = nvfp4.e2m1_value(nvfp4.unpack(inputs["a1_packed"]))
+    planes[0] = numerics.e2m1_value(numerics.unpack(inputs["a1_packed"]))
     assert moe.compare(POINT, {}, "a1", planes, want["a1"], tolerance("a1"))["passed"]
     out = np.nan_to_num(want["out"][0]).copy()
     assert moe.compare(POINT, {}, "out", out, want["out"], tolerance("out"))["passed"]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.moe_nvfp4 import inputs, mgpu_fused, mgpu_gemm, mgpu_quantize, variants
+from kernels.moe_nvfp4 import inputs, mgpu_fused, mgpu_gemm, mgpu_quantize, port
 
 E, M, K, N = 2, 128, 256, 256
 U8, I32, F32 = np.uint8, np.int32, np.float32
@@ -93,12 +93,12 @@ BAD_PATH_INPUTS = {
 @pytest.fixture
 def untraceable(monkeypatch):
     """The variants' kernels replaced by ones that fail the test when called."""
-    made = variants.kernels
+    made = port.kernels
 
     def fail(*args):
         pytest.fail("a kernel was called before the path's inputs were checked")
 
-    monkeypatch.setattr(variants, "kernels", lambda *args, **kwargs: {
+    monkeypatch.setattr(port, "kernels", lambda *args, **kwargs: {
         stage: (fail, config, shapes)
         for stage, (_, config, shapes) in made(*args, **kwargs).items()})
 
@@ -106,7 +106,7 @@ def untraceable(monkeypatch):
 def path_inputs():
     """Good inputs of the whole path, by name (zeros, masked_m included)."""
     return {name: zeros(shape.shape, shape.dtype)
-            for name, shape in zip(variants.INPUTS, variants.input_shapes(E, M, K, N),
+            for name, shape in zip(port.INPUTS, port.input_shapes(E, M, K, N),
                                    strict=True)}
 
 
@@ -116,7 +116,7 @@ def test_a_bad_whole_path_input_is_named_before_any_kernel_runs(untraceable, var
     name, change, message = BAD_PATH_INPUTS[case]
     values = path_inputs()
     values[name] = change(values[name])
-    path = variants.function(variants.VARIANTS[variant], E, M, K, N)
+    path = port.function(port.VARIANTS[variant], E, M, K, N)
     with pytest.raises(ValueError, match=message):
         path(*values.values())
 
@@ -126,6 +126,6 @@ def test_the_cases_inputs_pass_the_whole_path_check():
     and inter apart, so no two dims can be swapped unnoticed)."""
     params = {"experts": 2, "m": 128, "hidden": 512, "inter": 256}
     given = inputs.make(params, np.random.default_rng(0))
-    wants = variants.input_shapes(*inputs.sizes(params))
-    for name, want in zip(variants.INPUTS, wants, strict=True):
+    wants = port.input_shapes(*inputs.sizes(params))
+    for name, want in zip(port.INPUTS, wants, strict=True):
         assert (given[name].shape, given[name].dtype) == (want.shape, want.dtype), name

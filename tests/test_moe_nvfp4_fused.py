@@ -3,7 +3,7 @@ fused -> GEMM2), in the Mosaic GPU interpreter (race detection on, outputs poiso
 against the float64 model, and lowered for sm_90a.
 
 The fused kernel's act comes from an f32 GEMM, so its codes are checked tie-aware with
-the model's own error bound on act (``moe_f64.f32_gemm_error`` through
+the model's own error bound on act (``oracle_f64.f32_gemm_error`` through
 ``silu_mul_error``): a code may differ from the float64 model's only where act's exact
 value is within that bound of a rounding boundary. The final output is checked against
 float64 GEMM2 of the kernel's own stage-3 codes, to bf16 precision: half an ulp of the
@@ -24,8 +24,8 @@ from kernels.moe_nvfp4 import (
     mgpu_gemm,
     mgpu_mainloop,
     mgpu_quantize,
-    moe_f64,
-    nvfp4,
+    numerics,
+    oracle_f64,
     problems,
 )
 
@@ -41,10 +41,10 @@ def moe_problem(rng, e, m, n, k):
     w2 = problems.quantized(rng, e, k, n)
     masked = rng.permutation(np.array([rng.integers(1, m + 1), 0, m][:e], np.int32))
     a1_gs = problems.global_scale(hidden)
-    a1 = nvfp4.quantize(hidden, a1_gs)
+    a1 = numerics.quantize(hidden, a1_gs)
     alpha1 = (1 / (a1_gs.astype(np.float64) * w1[2])).astype(np.float32)
-    h = moe_f64.masked_gemm(*a1, w1[0], w1[1], alpha1, masked)
-    a2_gs = problems.global_scale(np.nan_to_num(moe_f64.silu_mul(h)))
+    h = oracle_f64.masked_gemm(*a1, w1[0], w1[1], alpha1, masked)
+    a2_gs = problems.global_scale(np.nan_to_num(oracle_f64.silu_mul(h)))
     alpha2 = (1 / (a2_gs.astype(np.float64) * w2[2])).astype(np.float32)
     return dict(hidden=hidden, w1=w1, w2=w2, masked=masked, a1_gs=a1_gs, a1=a1,
                 alpha1=alpha1, h=h, a2_gs=a2_gs, alpha2=alpha2)
@@ -52,17 +52,17 @@ def moe_problem(rng, e, m, n, k):
 
 def gemm_error(a_packed, a_scales, b_packed, b_scales, alpha):
     """The model's f32 accumulation bound of a masked GEMM with per-expert alpha."""
-    a, b = (np.abs(nvfp4.dequantize(x, s)) for x, s in ((a_packed, a_scales),
+    a, b = (np.abs(numerics.dequantize(x, s)) for x, s in ((a_packed, a_scales),
                                                          (b_packed, b_scales)))
-    return moe_f64.f32_gemm_error(a, b) * np.abs(alpha)[:, None, None]
+    return oracle_f64.f32_gemm_error(a, b) * np.abs(alpha)[:, None, None]
 
 
 def check_stage3(p, a2_packed, a2_scales):
     """Tie-aware check of the requantized act on valid rows; unwritten rows poisoned."""
-    valid = moe_f64.valid_rows(p["masked"], a2_packed.shape[1])
+    valid = oracle_f64.valid_rows(p["masked"], a2_packed.shape[1])
     h_error = gemm_error(*p["a1"], p["w1"][0], p["w1"][1], p["alpha1"])
-    act = np.nan_to_num(moe_f64.silu_mul(p["h"]))
-    act_error = moe_f64.silu_mul_error(np.nan_to_num(p["h"]), h_error)
+    act = np.nan_to_num(oracle_f64.silu_mul(p["h"]))
+    act_error = oracle_f64.silu_mul_error(np.nan_to_num(p["h"]), h_error)
     result = checks.tie_aware(act, p["a2_gs"], a2_packed, a2_scales, valid, act_error)
     assert result["passed"], result
     assert (a2_packed[~valid] == POISON).all() and (a2_scales[~valid] == POISON).all()
@@ -97,15 +97,15 @@ def test_whole_path_matches_float64_to_bf16_precision(rng, interpreter):
     a2 = tuple(map(np.asarray, a2))
     # Stage 1 must agree with the model's quantization (tie-aware) for stage 3's check.
     a1 = tuple(map(np.asarray, a1))
-    valid = moe_f64.valid_rows(p["masked"], m)
+    valid = oracle_f64.valid_rows(p["masked"], m)
     result = checks.tie_aware(p["hidden"], p["a1_gs"], *a1, valid)
     assert result["passed"], result
     for given, got in zip(p["a1"], a1, strict=True):  # stage 3 is checked on these codes
         given[valid] = got[valid]
-    p["h"] = moe_f64.masked_gemm(*p["a1"], p["w1"][0], p["w1"][1], p["alpha1"], p["masked"])
+    p["h"] = oracle_f64.masked_gemm(*p["a1"], p["w1"][0], p["w1"][1], p["alpha1"], p["masked"])
     valid = check_stage3(p, *a2)
     out = np.asarray(out).astype(np.float64)
-    want = moe_f64.masked_gemm(*a2, p["w2"][0], p["w2"][1], p["alpha2"], p["masked"])
+    want = oracle_f64.masked_gemm(*a2, p["w2"][0], p["w2"][1], p["alpha2"], p["masked"])
     bound = (2.0**-8 * np.abs(want)
              + gemm_error(*a2, p["w2"][0], p["w2"][1], p["alpha2"]))
     assert np.isnan(out[~valid]).all(), "a row past masked_m was written"

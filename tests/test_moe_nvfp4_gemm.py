@@ -1,7 +1,7 @@
 """The masked grouped NVFP4 GEMM kernel in the Mosaic GPU interpreter (race detection on,
 outputs poisoned with NaN) against the float64 model, and lowered for sm_90a.
 
-Bit-exact condition (checked on every draw by ``moe_f64.sum_is_exact_in_f32``): random
+Bit-exact condition (checked on every draw by ``oracle_f64.sum_is_exact_in_f32``): random
 codes with e4m3 scales in [1, 2) and K <= 512 keep every partial sum an integer multiple
 of the smallest product's quantum below 2**24 of it, so the kernel's f32 accumulator
 holds the exact sum in any order; the kernel's output is then bf16(f32(alpha * sum)),
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import layouts, mgpu_gemm, mgpu_mainloop, moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import layouts, mgpu_gemm, mgpu_mainloop, numerics, oracle_f64, problems
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]
 
@@ -34,7 +34,7 @@ def run(interp, problem, config, a, b, alpha, masked):
 
 
 def check_untouched(out, masked):
-    valid = moe_f64.valid_rows(masked, out.shape[1])
+    valid = oracle_f64.valid_rows(masked, out.shape[1])
     assert np.isnan(out[~valid]).all(), "a row past masked_m was written"
     assert not np.isnan(out[valid]).any(), "a valid row holds NaN"
     return valid
@@ -46,12 +46,12 @@ def test_gemm_is_bit_exact_where_the_model_says_the_sum_is_exact(rng, interprete
     problem = mgpu_gemm.Problem(2, 128, 128, 256)
     a = problems.quantized(rng, 2, problem.m, problem.k, exact=True)
     b = problems.quantized(rng, 2, problem.n, problem.k, exact=True)
-    assert moe_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1])
+    assert oracle_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1])
     masked = np.array([rng.integers(65, 128), 0], np.int32)[rng.permutation(2)]
     alpha = rng.uniform(0.1, 2, 2).astype(np.float32)
     out = run(interpreter, problem, config, a, b, alpha, masked)
     valid = check_untouched(out, masked)
-    want = moe_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
+    want = oracle_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
     want = want.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
     np.testing.assert_array_equal(out[valid], want[valid])
 
@@ -65,8 +65,8 @@ def test_gemm_with_general_scales_is_within_its_rounding_bound(rng, interpreter)
     alpha = (1 / (a[2].astype(np.float64) * b[2])).astype(np.float32)
     out = run(interpreter, problem, CONFIGS[0], a, b, alpha, masked)
     valid = check_untouched(out, masked)
-    want = moe_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
-    da, db = nvfp4.dequantize(a[0], a[1]), nvfp4.dequantize(b[0], b[1])
+    want = oracle_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
+    da, db = numerics.dequantize(a[0], a[1]), numerics.dequantize(b[0], b[1])
     magnitude = np.einsum("emk,enk->emn", np.abs(da), np.abs(db)) * alpha[:, None, None]
     bound = 2.0**-8 * np.abs(want) + problem.k * 2.0**-24 * magnitude * 1.01
     assert np.all(np.abs(out - want)[valid] <= bound[valid])

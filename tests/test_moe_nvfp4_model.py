@@ -12,22 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from kernels.moe_nvfp4 import moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import numerics, oracle_f64, problems
 
 F32 = st.floats(-16, 16, width=32, allow_subnormal=True)
-E4M3_FINITE = [b for b in range(256) if np.isfinite(nvfp4.e4m3_value(np.uint8(b)))]
+E4M3_FINITE = [b for b in range(256) if np.isfinite(numerics.e4m3_value(np.uint8(b)))]
 
 
 @settings(max_examples=300, deadline=None)
 @given(hnp.arrays(np.float32, 64, elements=F32))
 def test_e2m1_code_is_the_single_rounding_of_ml_dtypes(x):
     want = x.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
-    np.testing.assert_array_equal(nvfp4.e2m1_code(x), want)
+    np.testing.assert_array_equal(numerics.e2m1_code(x), want)
 
 
 def test_e2m1_ties_go_to_the_even_code():
     ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -5.0, 7.0])
-    np.testing.assert_array_equal(nvfp4.e2m1_code(ties),
+    np.testing.assert_array_equal(numerics.e2m1_code(ties),
                                   [0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x8, 0xE, 0x7])
 
 
@@ -35,11 +35,11 @@ def test_e2m1_ties_go_to_the_even_code():
 @given(hnp.arrays(np.float32, 64, elements=st.floats(0, 500, width=32)))
 def test_e4m3_rounding_is_the_single_rounding_of_ml_dtypes(v):
     want = np.minimum(v, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
-    np.testing.assert_array_equal(nvfp4.round_e4m3(v), want)
+    np.testing.assert_array_equal(numerics.round_e4m3(v), want)
 
 
 def test_every_e2m1_times_e4m3_product_is_exact_in_bf16_and_f16():
-    products = np.array([nvfp4.E2M1_VALUES[c] * nvfp4.e4m3_value(np.uint8(s))
+    products = np.array([numerics.E2M1_VALUES[c] * numerics.e4m3_value(np.uint8(s))
                          for c, s in itertools.product(range(16), E4M3_FINITE)])
     assert products.size == 16 * 254 == 4064
     for dtype in (ml_dtypes.bfloat16, np.float16):
@@ -51,11 +51,11 @@ def test_every_e2m1_times_e4m3_product_is_exact_in_bf16_and_f16():
 def test_scale_layout_is_a_bijection_matching_the_offset_formula(m, k_blocks, e):
     scales = np.random.default_rng(m * k_blocks).integers(
         1, 256, (e, m, k_blocks)).astype(np.uint8)
-    flat = nvfp4.swizzle(scales)
+    flat = numerics.swizzle(scales)
     assert flat.shape == (e, -(-m // 128) * -(-k_blocks // 4) * 512)
-    np.testing.assert_array_equal(nvfp4.unswizzle(flat, m, k_blocks), scales)
+    np.testing.assert_array_equal(numerics.unswizzle(flat, m, k_blocks), scales)
     rows, cols = np.meshgrid(np.arange(m), np.arange(k_blocks), indexing="ij")
-    offsets = nvfp4.swizzled_offset(rows, cols, k_blocks)
+    offsets = numerics.swizzled_offset(rows, cols, k_blocks)
     np.testing.assert_array_equal(flat[:, offsets], scales)
     assert len(np.unique(offsets)) == m * k_blocks  # injective
     assert np.count_nonzero(flat) == scales.size  # padding is zero
@@ -67,12 +67,12 @@ def test_quantize_round_trips_values_on_the_grid(seed):
     rng = np.random.default_rng(seed)
     codes = rng.integers(0, 16, (2, 8, 64), dtype=np.uint8)
     codes[..., ::16] = rng.choice([0x7, 0xF], codes[..., ::16].shape)  # each block: ±6
-    sf = nvfp4.round_e4m3(rng.uniform(2**-6, 448, (2, 8, 4)))
+    sf = numerics.round_e4m3(rng.uniform(2**-6, 448, (2, 8, 4)))
     gs = rng.uniform(0.5, 4, 2).astype(np.float32)
-    x = nvfp4.dequantize(nvfp4.pack(codes), nvfp4.e4m3_bits(sf), gs)
-    packed, scales = nvfp4.quantize(x, gs)
-    np.testing.assert_array_equal(nvfp4.unpack(packed), codes)
-    np.testing.assert_array_equal(nvfp4.e4m3_value(scales), sf)
+    x = numerics.dequantize(numerics.pack(codes), numerics.e4m3_bits(sf), gs)
+    packed, scales = numerics.quantize(x, gs)
+    np.testing.assert_array_equal(numerics.unpack(packed), codes)
+    np.testing.assert_array_equal(numerics.e4m3_value(scales), sf)
 
 
 @settings(max_examples=30, deadline=None)
@@ -80,12 +80,12 @@ def test_quantize_round_trips_values_on_the_grid(seed):
 def test_quantize_picks_the_nearest_code_for_its_scale(seed):
     x = problems.activations(np.random.default_rng(seed), 2, 4, 64)
     gs = problems.global_scale(x)
-    packed, scales = nvfp4.quantize(x, gs)
-    sf = nvfp4.e4m3_value(scales)
-    np.testing.assert_array_equal(sf, nvfp4.round_e4m3(nvfp4.block_scale(x, gs)))
-    y = np.clip(nvfp4.scaled_value(x, gs, sf), -6, 6)
-    got = nvfp4.e2m1_value(nvfp4.unpack(packed))
-    distance = np.abs(y[..., None] - nvfp4.E2M1_VALUES[:8] * np.sign(y)[..., None]).min(-1)
+    packed, scales = numerics.quantize(x, gs)
+    sf = numerics.e4m3_value(scales)
+    np.testing.assert_array_equal(sf, numerics.round_e4m3(numerics.block_scale(x, gs)))
+    y = np.clip(numerics.scaled_value(x, gs, sf), -6, 6)
+    got = numerics.e2m1_value(numerics.unpack(packed))
+    distance = np.abs(y[..., None] - numerics.E2M1_VALUES[:8] * np.sign(y)[..., None]).min(-1)
     np.testing.assert_array_equal(np.abs(y - got), distance)
     assert sf.max() <= 448 and np.all(np.abs(got) <= 6)
 
@@ -94,8 +94,8 @@ def test_small_negatives_are_minus_zero_and_zero_scales_give_zero_codes():
     x = np.zeros((1, 1, 32))
     x[0, 0, :16] = [6.0] + [-0.01] * 15
     x[0, 0, 16:] = -1e-30  # scale rounds to 0
-    packed, scales = nvfp4.quantize(x, np.array([1.0]))
-    codes = nvfp4.unpack(packed)[0, 0]
+    packed, scales = numerics.quantize(x, np.array([1.0]))
+    codes = numerics.unpack(packed)[0, 0]
     assert codes[0] == 0x7 and set(codes[1:16]) == {0x8} and set(codes[16:]) == {0}
     assert scales[0, 0, 1] == 0
 
@@ -106,10 +106,10 @@ def test_masked_gemm_computes_valid_rows_only():
     b = problems.quantized(rng, 3, 16, 64)
     masked = np.array([8, 0, 3])
     alpha = 1 / (a[2].astype(np.float64) * b[2])
-    out = moe_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
-    dense = np.einsum("emk,enk->emn", nvfp4.dequantize(a[0], a[1], a[2]),
-                      nvfp4.dequantize(b[0], b[1], b[2]))
-    valid = moe_f64.valid_rows(masked, 8)
+    out = oracle_f64.masked_gemm(a[0], a[1], b[0], b[1], alpha, masked)
+    dense = np.einsum("emk,enk->emn", numerics.dequantize(a[0], a[1], a[2]),
+                      numerics.dequantize(b[0], b[1], b[2]))
+    valid = oracle_f64.valid_rows(masked, 8)
     np.testing.assert_allclose(out[valid], dense[valid], rtol=1e-12)
     assert np.isnan(out[~valid]).all() and valid.sum() == 11
 
@@ -118,8 +118,8 @@ def test_exactness_condition_holds_for_exact_problems_and_implies_f32_exactness(
     rng = np.random.default_rng()
     a = problems.quantized(rng, 2, 8, 256, exact=True)
     b = problems.quantized(rng, 2, 8, 256, exact=True)
-    assert moe_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1])
-    da, db = nvfp4.dequantize(a[0], a[1]), nvfp4.dequantize(b[0], b[1])
+    assert oracle_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1])
+    da, db = numerics.dequantize(a[0], a[1]), numerics.dequantize(b[0], b[1])
     products = (da[:, :, None, :] * db[:, None, :, :])[..., rng.permutation(256)]
     f32 = np.zeros(products.shape[:-1], np.float32)
     for i in range(256):  # a shuffled float32 accumulation order
@@ -131,7 +131,7 @@ def test_exactness_condition_fails_for_wide_scales():
     rng = np.random.default_rng()
     a = problems.quantized(rng, 1, 4, 512)
     b = problems.quantized(rng, 1, 4, 512)
-    assert not moe_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1])
+    assert not oracle_f64.sum_is_exact_in_f32(a[0], a[1], b[0], b[1])
 
 
 def test_moe_stages_chain_and_respect_masked_m():
@@ -142,20 +142,20 @@ def test_moe_stages_chain_and_respect_masked_m():
     w2 = problems.quantized(rng, e, k, n)
     masked = np.array([5, 0, 8])
     a1_gs = problems.global_scale(hidden)
-    h_ref = np.einsum("emk,enk->emn", hidden, nvfp4.dequantize(*w1))
-    a2_gs = problems.global_scale(moe_f64.silu_mul(h_ref))
+    h_ref = np.einsum("emk,enk->emn", hidden, numerics.dequantize(*w1))
+    a2_gs = problems.global_scale(oracle_f64.silu_mul(h_ref))
     alpha1, alpha2 = 1 / (a1_gs.astype(np.float64) * w1[2]), 1 / (a2_gs * w2[2])
-    got = moe_f64.moe(hidden, a1_gs, w1[:2], alpha1, a2_gs, w2[:2], alpha2, masked)
-    valid = moe_f64.valid_rows(masked, m)
+    got = oracle_f64.moe(hidden, a1_gs, w1[:2], alpha1, a2_gs, w2[:2], alpha2, masked)
+    valid = oracle_f64.valid_rows(masked, m)
     assert got["out"].shape == (e, m, k) and np.isnan(got["out"][~valid]).all()
     np.testing.assert_array_equal(got["act"][~valid], 0)
     # The quantized path stays close to the unquantized one on valid rows.
-    dense = np.einsum("emn,ekn->emk", moe_f64.silu_mul(h_ref), nvfp4.dequantize(*w2))
+    dense = np.einsum("emn,ekn->emk", oracle_f64.silu_mul(h_ref), numerics.dequantize(*w2))
     err = np.abs(got["out"] - dense)[valid].max() / np.abs(dense[valid]).max()
     assert err < 0.3, err
 
 
 @pytest.mark.parametrize("shape", [(1, 128, 64), (2, 200, 48)])
 def test_swizzle_pads_to_whole_atoms(shape):
-    flat = nvfp4.swizzle(np.ones(shape, np.uint8))
+    flat = numerics.swizzle(np.ones(shape, np.uint8))
     assert flat.shape[1] % 512 == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import checks, mgpu_quantize, moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import checks, mgpu_quantize, numerics, oracle_f64, problems
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]
 
@@ -19,7 +19,7 @@ POISON = 0xFF  # the interpreter's uninitialised uint8
 def test_tie_aware_check_rejects_a_wrong_code_and_a_wrong_scale(rng):
     x = problems.activations(rng, 1, 4, 64)
     gs = problems.global_scale(x)
-    packed, scales = nvfp4.quantize(x, gs)
+    packed, scales = numerics.quantize(x, gs)
     every = np.ones((1, 4), bool)
     assert checks.tie_aware(x, gs, packed, scales, every)["passed"]
     bad = packed.copy()
@@ -49,15 +49,15 @@ def test_quantize_matches_the_model_code_for_code_up_to_ties(rng, interpreter, c
     assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
     swizzled = config.scale_layout == "swizzled_128x4"
     if swizzled:
-        assert scales.shape == nvfp4.swizzle(np.zeros((e, m, k // 16), np.uint8)).shape
-        scales = nvfp4.unswizzle(scales, m, k // 16)
-    valid = moe_f64.valid_rows(masked, m)
+        assert scales.shape == numerics.swizzle(np.zeros((e, m, k // 16), np.uint8)).shape
+        scales = numerics.unswizzle(scales, m, k // 16)
+    valid = oracle_f64.valid_rows(masked, m)
     result = checks.tie_aware(x, gs, packed, scales, valid)
     assert result["passed"], result
     unwritten = ~valid  # poisoned by the interpreter: never written
     assert (packed[unwritten] == POISON).all()
     # Row-major scales: rows past masked_m untouched; 128x4: whole atoms past it untouched.
-    untouched = unwritten if not swizzled else ~moe_f64.valid_rows(-(-masked // 128) * 128, m)
+    untouched = unwritten if not swizzled else ~oracle_f64.valid_rows(-(-masked // 128) * 128, m)
     assert (scales[untouched] == POISON).all()
 
 

@@ -19,7 +19,7 @@ from jax import lax
 
 import kernels.moe_nvfp4 as case
 from kernels import mgpu_interpret
-from kernels.moe_nvfp4 import checks, mgpu_quantize, nvfp4, problems
+from kernels.moe_nvfp4 import checks, mgpu_quantize, numerics, problems
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]
 
@@ -116,9 +116,9 @@ def test_the_interpreted_quantize_flushes_subnormal_inputs_where_the_model_does_
     result = checks.tie_aware(flushed(x), gs, packed, scales, EVERY_ROW)
     assert result["passed"], result
 
-    want_packed, want_scales = nvfp4.quantize(x, gs)  # the model on x as given
-    codes = nvfp4.unpack(packed).reshape(E, M, K // 16, 16)
-    want_codes = nvfp4.unpack(want_packed).reshape(codes.shape)
+    want_packed, want_scales = numerics.quantize(x, gs)  # the model on x as given
+    codes = numerics.unpack(packed).reshape(E, M, K // 16, 16)
+    want_codes = numerics.unpack(want_packed).reshape(codes.shape)
     only = kinds == SUBNORMAL
     assert (scales[only] == 0).all() and (codes[only] == 0).all()
     assert (want_scales[only] > 0).all() and (want_codes[only] != 0).any()
@@ -139,10 +139,10 @@ def test_flushing_changes_no_code_and_no_scale_at_the_global_scale_bound(rng, in
     result = checks.tie_aware(x, gs, packed, scales, EVERY_ROW)
     assert result["passed"], result
 
-    sf = nvfp4.e4m3_value(nvfp4.quantize(x, gs)[1])
+    sf = numerics.e4m3_value(numerics.quantize(x, gs)[1])
     mixed = np.repeat(kinds == MIXED, 16, axis=-1)
-    assert (nvfp4.round_e4m3(nvfp4.block_scale(x, gs))[kinds == MIXED] == 2.0**-9).all()
-    worst = np.abs(nvfp4.scaled_value(x, gs, sf))[mixed & subnormal(x)].max()
+    assert (numerics.round_e4m3(numerics.block_scale(x, gs))[kinds == MIXED] == 2.0**-9).all()
+    worst = np.abs(numerics.scaled_value(x, gs, sf))[mixed & subnormal(x)].max()
     assert 0.2 < worst < 0.25, worst
 
 

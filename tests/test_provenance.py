@@ -96,7 +96,7 @@ time.sleep(120)
 @pytest.mark.parametrize("when", ["started", "starting"])
 def test_a_job_ends_when_its_run_is_killed(when):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(paths.SOURCE_ROOT / "workflow"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        [str(paths.SOURCE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     run = subprocess.Popen([sys.executable, "-c", RUN, CHILD, when], env=env,
                            stdout=subprocess.PIPE, text=True)
     child = int(run.stdout.readline())

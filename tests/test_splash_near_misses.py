@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from casebook import cases, check_power, config
-from kernels.splash_attention import masks, near_misses, reference_vjp
+from kernels.splash_attention import masks, near_misses, oracle_vjp
 
 CASE_DIR, CASE = "configs/cases", "splash_attention"
 SPEC = config.load_case(CASE_DIR, CASE)
@@ -116,14 +116,14 @@ def test_straight_through_soft_cap_changes_only_the_cap_derivative(rng):
     params = POINTS["packed_softcap_f16"]
     inputs = splash.make_inputs(params, rng)
     args = (inputs["q"], inputs["k"], inputs["v"], inputs["do"], masks.visible(params))
-    capped = reference_vjp.gradients(*args, soft_cap=params["soft_cap"])
-    through = reference_vjp.gradients(*args, soft_cap=params["soft_cap"], cap_gradient=False)
+    capped = oracle_vjp.gradients(*args, soft_cap=params["soft_cap"])
+    through = oracle_vjp.gradients(*args, soft_cap=params["soft_cap"], cap_gradient=False)
     np.testing.assert_allclose(through[0], capped[0], rtol=1e-12, atol=1e-14)  # out
     np.testing.assert_allclose(through[3], capped[3], rtol=1e-12, atol=1e-14)  # dv: P·dO
     for index in (1, 2):  # dq, dk pass through dS, which the cap's derivative scales
         assert not np.allclose(through[index], capped[index], rtol=1e-3, atol=1e-6)
-    uncapped = reference_vjp.gradients(*args)  # no cap: the flag changes nothing
-    for a, b in zip(uncapped, reference_vjp.gradients(*args, cap_gradient=False),
+    uncapped = oracle_vjp.gradients(*args)  # no cap: the flag changes nothing
+    for a, b in zip(uncapped, oracle_vjp.gradients(*args, cap_gradient=False),
                     strict=True):
         np.testing.assert_array_equal(a, b)
 

@@ -470,7 +470,7 @@ def test_a_failed_verification_is_shown_never_timed(tmp_path):
     again = subprocess.run([sys.executable, "-m", "casebook.verdict", "--configfile",
                             str(project.parent / "tiny.yaml")], cwd=project,
                            capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": f"{project / 'workflow'}:{project}"})
+                           env={**os.environ, "PYTHONPATH": str(project)})
     assert again.returncode == 1 and again.stderr.splitlines() == [line], again.stderr
     quiet = snakemake(project, "--config", "fail_on_failures=False", "--forcerun", "index")
     assert quiet.returncode == 0 and line in quiet.stderr.splitlines(), quiet.stderr[-2000:]

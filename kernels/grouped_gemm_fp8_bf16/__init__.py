@@ -22,8 +22,9 @@ from kernels.grouped_gemm_fp8_bf16 import (
     device,
     near_misses,
     numerics,
-    problem,
-    reference,
+    oracle_f64,
+    problems,
+    upstream,
 )
 
 CASE = "grouped_gemm_fp8_bf16"
@@ -33,19 +34,19 @@ NO_GPU = "kernel verification needs an sm_90 GPU; this host has none"
 
 
 def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    return numerics.make_inputs(problem.from_params(params), rng)
+    return problems.make_inputs(problems.from_params(params), rng)
 
 
 def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
-    return numerics.oracle(problem.from_params(params), inputs)
+    return oracle_f64.oracle(problems.from_params(params), inputs)
 
 
 def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
     """Why the grouped problem is invalid (shape, alignment, mode): the field and what is
     wrong with it; or None."""
     try:
-        problem.from_params(params)
-    except problem.ProblemError as error:
+        problems.from_params(params)
+    except problems.ProblemError as error:
         return error.key, error.why
     return None
 
@@ -67,7 +68,7 @@ def baseline_outputs(name: str) -> tuple[str, ...]:
 def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
           ) -> dict[str, Any]:
     _check_variant(variant)
-    return builds.build(variant, problem.from_params(params), _kept_in(build_dir))
+    return builds.build(variant, problems.from_params(params), _kept_in(build_dir))
 
 
 def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
@@ -75,13 +76,13 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
             poisoned: bool = False) -> dict[str, Any]:
     """The per-element fp32 bound (numerics.compare), with the example's rule beside it;
     every element of D is written, so poison changes nothing."""
-    return numerics.compare(problem.from_params(params), inputs, got, want, tolerance)
+    return numerics.compare(problems.from_params(params), inputs, got, want, tolerance)
 
 
 def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
                   want: np.ndarray) -> dict[str, np.ndarray]:
     """What a correct kernel writes: the numerics model's D."""
-    return {"out": numerics.model(problem.from_params(params), inputs)}
+    return {"out": numerics.model(problems.from_params(params), inputs)}
 
 
 def mutants(params: dict[str, Any]):
@@ -92,13 +93,13 @@ def mutants(params: dict[str, Any]):
 def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
     _check_variant(variant)
-    grouped = problem.from_params(params)
+    grouped = problems.from_params(params)
     if variant == "model":
         return model_runnable(grouped)
     return _on_gpu(variant, grouped, purpose, build_dir)
 
 
-def _on_gpu(name: str, grouped: problem.GroupedProblem, purpose: str,
+def _on_gpu(name: str, grouped: problems.GroupedProblem, purpose: str,
             build_dir: Path | None) -> Runnable:
     """A GPU variant or baseline; NotRunnable where no sm_90 GPU is found. Example 69 is
     checked through its harness on files and timed through its library."""
@@ -121,7 +122,7 @@ def _kept_in(build_dir: Path | str | None) -> str:
     return str(build_dir)
 
 
-def model_runnable(grouped: problem.GroupedProblem) -> Runnable:
+def model_runnable(grouped: problems.GroupedProblem) -> Runnable:
     """The numerics model as a Runnable: numpy on the host."""
     return Runnable(prepare=lambda inputs: (inputs,),
                     call=lambda inputs: numerics.model(grouped, inputs),
@@ -135,12 +136,12 @@ def baseline(name: str, params: dict[str, Any], build_dir: Path | None = None
              ) -> Runnable:
     if name not in BASELINES:
         raise ValueError(f"unknown {CASE} baseline {name!r}; known: {BASELINES}")
-    return _on_gpu(name, problem.from_params(params), "time", build_dir)
+    return _on_gpu(name, problems.from_params(params), "time", build_dir)
 
 
 def reference_file() -> str:
     """Example 69's source in the pinned nvidia-cutlass wheel (hashed into build records)."""
-    return str(reference.EXAMPLE)
+    return str(upstream.EXAMPLE)
 
 
 def _check_variant(variant: str) -> None:

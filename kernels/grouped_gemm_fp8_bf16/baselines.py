@@ -12,8 +12,8 @@ import ml_dtypes
 
 from kernels import contract
 from kernels.contract import Runnable
-from kernels.grouped_gemm_fp8_bf16 import numerics
-from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem
+from kernels.grouped_gemm_fp8_bf16 import problems
+from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem
 from kernels.runnable import from_jax
 
 
@@ -32,8 +32,8 @@ def ragged_dot_bf16(problem: GroupedProblem) -> Runnable:
                         contract.execution("XLA ragged_dot on pre-converted bf16 B"))
 
     def prepare(inputs):
-        numerics.check_inputs(problem, inputs)
-        converted = numerics.dequantize(problem, inputs["b"], inputs["scale"])
+        problems.check_inputs(problem, inputs)
+        converted = problems.dequantize(problem, inputs["b"], inputs["scale"])
         return runnable.prepare({**inputs, "b_bf16": converted.astype(ml_dtypes.bfloat16)})
 
     return runnable._replace(prepare=prepare)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.grouped_gemm_fp8_bf16 import compile_port, reference, schedule
-from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem
+from kernels.grouped_gemm_fp8_bf16 import compile_port, schedule, upstream
+from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem
 
 CUDA_TARGET = "cuda sm_90a"
 
@@ -41,7 +41,7 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
             + (" (reused: compiled once for every point of its mode, from these very sources)"
                if facts.get("reused") else ""),
             facts["compile_seconds"], {**facts, "tiles": tiles})]}
-    built = reference.build(build_dir)
+    built = upstream.build(build_dir)
     if not built["built"]:
         return {"artifacts": [], "not_built": built["reason"]}
     return {"artifacts": [_artifact(

@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 
 from kernels.grouped_gemm_fp8_bf16 import aot, toolkit
-from kernels.grouped_gemm_fp8_bf16.problem import ALIGNMENT
+from kernels.grouped_gemm_fp8_bf16.problems import ALIGNMENT
 
 KERNEL_NAME = "GroupedMixedGemm"  # in the kernel's generated (mangled) name
 TIMEOUT_S = 600
 HERE = Path(__file__).resolve().parent
 # What the exported library is made from: a carried export is used only for these.
-SOURCES = ("port.py", "schedule.py", "problem.py", "compile_port.py", "aot.py")
+SOURCES = ("port.py", "schedule.py", "problems.py", "compile_port.py", "aot.py")
 
 
 def sources_sha256() -> str:
@@ -62,7 +62,7 @@ def compile_port(mode: str, out_dir: Path) -> dict:
             reversed(range(len(shape)))), **kwargs)
 
     # Symbolic extents, so one compile serves every problem of a mode: N and K multiples
-    # of 16 (problem.ALIGNMENT), the rest any size.
+    # of 16 (problems.ALIGNMENT), the rest any size.
     n, k = (cute.sym_int(divisibility=ALIGNMENT) for _ in range(2))
     g, rows, sk, offs = (cute.sym_int() for _ in range(4))
     b = row_major(cutlass.Float8E5M2, (g, n, k), assumed_align=16)

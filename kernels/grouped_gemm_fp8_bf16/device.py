@@ -21,8 +21,8 @@ import numpy as np
 
 from kernels import contract
 from kernels.contract import Runnable
-from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, numerics, reference, schedule
-from kernels.grouped_gemm_fp8_bf16.problem import MODES, GroupedProblem
+from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, problems, schedule, upstream
+from kernels.grouped_gemm_fp8_bf16.problems import MODES, GroupedProblem
 
 HOPPER = (9, 0)  # compute capability the sm_90a binaries run on
 
@@ -81,7 +81,7 @@ def port_runnable(problem: GroupedProblem, sms: int, build_dir: str) -> Runnable
     stream = cuda.CUstream(0)
 
     def prepare(inputs):
-        numerics.check_inputs(problem, inputs)
+        problems.check_inputs(problem, inputs)
         arrays = {name: jax.device_put(inputs[name]) for name in ("b", "a", "scale", "c")}
         arrays["d"] = jnp.zeros(inputs["c"].shape, jnp.float16)  # D, written in place
         arrays.update({name: jax.device_put(x) for name, x in offsets.items()})
@@ -114,7 +114,7 @@ def _on_stream(prepare, call, stream, mode: str) -> Runnable:
 
 
 def _built(build_dir: str) -> dict:
-    built = reference.build(build_dir)
+    built = upstream.build(build_dir)
     if not built["built"]:
         raise RuntimeError(built["reason"])
     return built
@@ -125,7 +125,7 @@ def reference_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
     binary = _built(build_dir)["binary"]
 
     def prepare(inputs):
-        numerics.check_inputs(problem, inputs)
+        problems.check_inputs(problem, inputs)
         folder = Path(tempfile.mkdtemp(prefix="ex69-", dir=build_dir))
         header = (f"{problem.groups} {MODES[problem.mode]} {problem.n} {problem.k} "
                   f"{problem.chunk} {problem.alpha!r} {problem.beta!r}\n")
@@ -169,7 +169,7 @@ def reference_library_runnable(problem: GroupedProblem, build_dir: str) -> Runna
     stream = cuda.CUstream(0)  # the legacy default stream; the library launches there
 
     def prepare(inputs):
-        numerics.check_inputs(problem, inputs)
+        problems.check_inputs(problem, inputs)
         arrays = jax.block_until_ready([
             *(jax.device_put(inputs[name]) for name in ("a", "b", "scale", "c")),
             jnp.zeros(inputs["c"].shape, jnp.float16)])  # D, written in place

@@ -7,35 +7,35 @@ from typing import Any
 
 import numpy as np
 
-from kernels.grouped_gemm_fp8_bf16 import numerics, problem
+from kernels.grouped_gemm_fp8_bf16 import numerics, problems
 from kernels.mutants import Mutant, bias
 
 K_TILE = 64  # the CTA tile's K (port and example)
 
 
 def _model(params, inputs, operand):
-    return numerics.model(problem.from_params(params), inputs, operand)
+    return numerics.model(problems.from_params(params), inputs, operand)
 
 
 def _unrounded(params, inputs, want, correct):
-    p = problem.from_params(params)
+    p = problems.from_params(params)
     if p.mode == "convert_only":
         return None  # nothing is rounded: B converts to bf16 exactly
     return _model(params, inputs,
-                  numerics.dequantize(p, inputs["b"], inputs["scale"], rounded=False))
+                  problems.dequantize(p, inputs["b"], inputs["scale"], rounded=False))
 
 
 def _scale_shifted(params, inputs, want, correct):
-    p = problem.from_params(params)
+    p = problems.from_params(params)
     if p.mode == "convert_only" or p.scale_k == 1:
         return None  # one scale per row of B (or none): there is no other block to use
     return _model(params, inputs,
-                  numerics.dequantize(p, inputs["b"], np.roll(inputs["scale"], 1, axis=1)))
+                  problems.dequantize(p, inputs["b"], np.roll(inputs["scale"], 1, axis=1)))
 
 
 def _last_k_tile_dropped(params, inputs, want, correct):
-    p = problem.from_params(params)
-    operand = numerics.dequantize(p, inputs["b"], inputs["scale"]).copy()
+    p = problems.from_params(params)
+    operand = problems.dequantize(p, inputs["b"], inputs["scale"]).copy()
     operand[:, :, -K_TILE:] = 0
     return _model(params, inputs, operand)
 
@@ -47,7 +47,7 @@ def _plus(amount):
 
 
 def _source_in_f16(params, inputs, want, correct):
-    p = problem.from_params(params)
+    p = problems.from_params(params)
     if p.beta == 0:
         return None  # no source term
     # alpha·acc rounded to f16 before beta·C is added: one rounding too many.
@@ -57,7 +57,7 @@ def _source_in_f16(params, inputs, want, correct):
 
 
 def _row_zeroed(params, inputs, want, correct):
-    p = problem.from_params(params)
+    p = problems.from_params(params)
     last = next((int(end) - 1 for end, m in zip(p.row_offsets[1:], p.m, strict=True)
                  if m), None)
     if last is None:

@@ -1,4 +1,4 @@
-"""Inputs, the float64 oracle, the numerics model and its error bound (numpy only).
+"""The numerics model of the kernel and its error bound against the oracle (numpy only).
 
 The kernel's arithmetic, as CUTLASS example 69 does it: B (fp8 e5m2) is converted to bf16
 and, in ScaleOnly mode, multiplied by its scale in bf16 arithmetic, i.e. the dequantized
@@ -16,16 +16,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem
+from kernels.grouped_gemm_fp8_bf16 import problems
+from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem
 
-# The example's input distributions (initialize_tensor / initialize_scale): uniform, then
-# rounded to the element type.
-A_RANGE = (-5.0, 5.0)  # 16-bit operands: A (bf16) and C (f16)
-B_RANGE = (-2.0, 2.0)  # 8-bit operand B
-SCALE_RANGE = (0.1, 2.0)
 U16 = 2.0**-11  # unit roundoff of f16 (10 fraction bits)
 U32 = 2.0**-24
 F16_SUBNORMAL_STEP = 2.0**-24  # spacing of f16 subnormals; half of it bounds their rounding
@@ -40,81 +35,6 @@ STEP_ERROR = 2.0**-21
 EXAMPLE_EPSILON, EXAMPLE_FLOOR = 1e-2, 1e-4
 
 
-def _uniform(rng: np.random.Generator, bounds: tuple[float, float], shape, dtype) -> np.ndarray:
-    return rng.uniform(*bounds, size=shape).astype(np.float32).astype(dtype)
-
-
-def make_inputs(problem: GroupedProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Fresh A, B, scales and C; groups stacked along M (A, C), or leading (B, scales).
-
-    In ConvertOnly mode the scales are all ones, as the example initialises them.
-    """
-    rows, n, k = sum(problem.m), problem.n, problem.k
-    scale_shape = (problem.groups, problem.scale_k, n)  # N contiguous, as the example stores it
-    if problem.mode == "scale_only":
-        scale = _uniform(rng, SCALE_RANGE, scale_shape, ml_dtypes.bfloat16)
-    else:
-        scale = np.ones(scale_shape, ml_dtypes.bfloat16)
-    return {
-        "a": _uniform(rng, A_RANGE, (rows, k), ml_dtypes.bfloat16),
-        "b": _uniform(rng, B_RANGE, (problem.groups, n, k), ml_dtypes.float8_e5m2),
-        "scale": scale,
-        "c": _uniform(rng, A_RANGE, (rows, n), np.float16),
-    }
-
-
-def expected_inputs(problem: GroupedProblem) -> dict[str, tuple[tuple[int, ...], Any]]:
-    """Each input's (shape, dtype) as ``make_inputs`` lays them out."""
-    rows = sum(problem.m)
-    return {"a": ((rows, problem.k), ml_dtypes.bfloat16),
-            "b": ((problem.groups, problem.n, problem.k), ml_dtypes.float8_e5m2),
-            "scale": ((problem.groups, problem.scale_k, problem.n), ml_dtypes.bfloat16),
-            "c": ((rows, problem.n), np.float16)}
-
-
-def check_inputs(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> None:
-    """A ValueError naming the input, what it got and what it needs (shape, dtype)."""
-    for name, (shape, dtype) in expected_inputs(problem).items():
-        if name not in inputs:
-            raise ValueError(f"{name}: missing; needs {shape} {np.dtype(dtype).name}")
-        got = inputs[name]
-        if np.dtype(got.dtype) != np.dtype(dtype):
-            raise ValueError(f"{name}: dtype {np.dtype(got.dtype).name}; needs "
-                             f"{np.dtype(dtype).name}")
-        if tuple(got.shape) != shape:
-            raise ValueError(f"{name}: shape {tuple(got.shape)}; needs {shape}"
-                             + (" (groups, ceil(K/c), N), N contiguous" if name == "scale"
-                                else ""))
-
-
-def dequantize(problem: GroupedProblem, b: np.ndarray, scale: np.ndarray,
-               rounded: bool = True) -> np.ndarray:
-    """The bf16 operand the MMA sees, (groups, N, K), as float32 values (``rounded``
-    False: the scaled product left unrounded, as a near-miss kernel would use it)."""
-    converted = b.astype(np.float32)
-    if problem.mode == "convert_only":
-        return converted
-    per_k = np.repeat(scale.astype(np.float32), problem.chunk, axis=1)[:, : problem.k, :]
-    scaled = converted * per_k.transpose(0, 2, 1)
-    return scaled.astype(ml_dtypes.bfloat16).astype(np.float32) if rounded else scaled
-
-
-def _groups(problem: GroupedProblem):
-    offsets = problem.row_offsets
-    return [(g, slice(offsets[g], offsets[g + 1])) for g in range(problem.groups)]
-
-
-def oracle(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """D in float64 on the same (rounded) inputs and the same dequantized operand."""
-    check_inputs(problem, inputs)
-    operand = dequantize(problem, inputs["b"], inputs["scale"]).astype(np.float64)
-    a, c = inputs["a"].astype(np.float64), inputs["c"].astype(np.float64)
-    out = np.empty(c.shape, np.float64)
-    for g, rows in _groups(problem):
-        out[rows] = problem.alpha * (a[rows] @ operand[g].T) + problem.beta * c[rows]
-    return out
-
-
 def _step_sums(a: np.ndarray, operand: np.ndarray):
     """Each K step's sum of products, in float64 (M, N), step after step."""
     for k0 in range(0, a.shape[1], STEP_K):
@@ -127,14 +47,14 @@ def model(problem: GroupedProblem, inputs: dict[str, np.ndarray],
     order, one wgmma step of 16 K at a time (the step's products summed, then added to the
     fp32 accumulator with one rounding); fp32 epilogue; f16 out. ``operand`` replaces the
     dequantized B (how a near-miss kernel is modelled)."""
-    check_inputs(problem, inputs)
+    problems.check_inputs(problem, inputs)
     if operand is None:
-        operand = dequantize(problem, inputs["b"], inputs["scale"])
+        operand = problems.dequantize(problem, inputs["b"], inputs["scale"])
     operand, a = operand.astype(np.float64), inputs["a"].astype(np.float64)
     c = inputs["c"].astype(np.float32)
     out = np.empty(c.shape, np.float16)
     alpha, beta = np.float32(problem.alpha), np.float32(problem.beta)
-    for g, rows in _groups(problem):
+    for g, rows in problems.group_rows(problem):
         acc = np.zeros((rows.stop - rows.start, problem.n), np.float32)
         for step in _step_sums(a[rows], operand[g]):
             acc = (acc + step).astype(np.float32)
@@ -161,13 +81,13 @@ def error_bound(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.nd
     one relative rounding U16 of the result or, below the normal range, half a subnormal
     step.
     """
-    check_inputs(problem, inputs)
-    operand = dequantize(problem, inputs["b"], inputs["scale"]).astype(np.float64)
+    problems.check_inputs(problem, inputs)
+    operand = problems.dequantize(problem, inputs["b"], inputs["scale"]).astype(np.float64)
     a, c = inputs["a"].astype(np.float64), inputs["c"].astype(np.float64)
     steps = -(-problem.k // STEP_K)
     growth = STEP_ERROR * (1 + STEP_ERROR) ** steps
     bound = np.empty(c.shape, np.float64)
-    for g, rows in _groups(problem):
+    for g, rows in problems.group_rows(problem):
         partial = np.zeros((rows.stop - rows.start, problem.n))
         carried = np.abs(a[rows]) @ np.abs(operand[g]).T  # Σ_t P_t
         for step in _step_sums(a[rows], operand[g]):

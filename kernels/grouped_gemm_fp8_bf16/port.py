@@ -101,7 +101,7 @@ class GroupedMixedGemm:
                  d: cute.Tensor, row_offsets: cute.Tensor, tile_offsets: cute.Tensor,
                  alpha: cutlass.Float32, beta: cutlass.Float32, chunk: cutlass.Int32,
                  grid_ctas: cutlass.Int32, stream: cuda.CUstream):
-        """Tensors as numerics.make_inputs lays them out: b (G, N, K) fp8; a (sum M, K)
+        """Tensors as problems.make_inputs lays them out: b (G, N, K) fp8; a (sum M, K)
         bf16; scale (G, ceil(K/c), N) bf16; c and d (sum M, N) f16; offsets (G + 1,)
         int32. Viewed here in the kernel's swapped coordinates."""
         b = cute.make_tensor(b.iterator, cute.select(b.layout, mode=[1, 2, 0]))  # (N, K, G)

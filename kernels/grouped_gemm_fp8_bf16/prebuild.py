@@ -12,8 +12,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from kernels.grouped_gemm_fp8_bf16 import compile_port, reference
-from kernels.grouped_gemm_fp8_bf16.problem import MODES
+from kernels.grouped_gemm_fp8_bf16 import compile_port, upstream
+from kernels.grouped_gemm_fp8_bf16.problems import MODES
 
 
 def prebuild(build_dir: str, bundle: Path) -> list[str]:
@@ -26,7 +26,7 @@ def prebuild(build_dir: str, bundle: Path) -> list[str]:
         folder = Path(facts["library"]).parent
         files += [facts["library"], facts["cubin"], str(folder / "port.json"),
                   str(folder / "port.h")]
-    built = reference.build(build_dir)
+    built = upstream.build(build_dir)
     if not built["built"]:
         raise RuntimeError(f"example 69 is not built here: {built['reason']}")
     folder = Path(built["binary"]).parent

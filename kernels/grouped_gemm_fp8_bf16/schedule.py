@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.grouped_gemm_fp8_bf16.problem import GroupedProblem, ProblemError
+from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem, ProblemError
 
 SMEM_LIMIT_BYTES = 232_448  # sm_90 dynamic shared memory per block (227 KiB)
 # The CTA tile of example 69 in its swapped coordinates: 128 rows of N (two consumer

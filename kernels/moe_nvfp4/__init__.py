@@ -1,6 +1,6 @@
 """Case 01, the masked NVFP4 MoE: the surface the pipeline calls (kernels.contract).
 
-Variants (``variants.VARIANTS``) run single stages or the whole path as Pallas Mosaic
+Variants (``port.VARIANTS``) run single stages or the whole path as Pallas Mosaic
 GPU kernels for Hopper, in the Mosaic GPU interpreter on a CPU host, and are lowered
 for sm_90a. The oracle answers every stage by name (``oracle``): a1 and a2 (NVFP4 codes
 and scales, checked tie-aware), h (GEMM1), out (GEMM2), out_dense (the bf16 baselines').
@@ -17,7 +17,7 @@ import numpy as np
 from kernels import contract, mgpu_interpret, mgpu_lowering
 from kernels.contract import Runnable
 from kernels.moe_nvfp4 import baselines, checks, inputs, near_misses, oracle_planes
-from kernels.moe_nvfp4 import variants as port
+from kernels.moe_nvfp4 import port as port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import from_jax
 
@@ -62,7 +62,7 @@ def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def outputs(variant: str) -> tuple[str, ...]:
-    """The stages' outputs the variant returns (``variants.Variant.outputs``, the names
+    """The stages' outputs the variant returns (``port.Variant.outputs``, the names
     its function writes)."""
     return _variant(variant).outputs()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.moe_nvfp4 import nvfp4, oracle_planes
+from kernels.moe_nvfp4 import numerics, oracle_planes
 
 
 def _ratio(error, allowed):
@@ -39,21 +39,21 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
     xgs, exact, x_slack, scale_slack = (w[valid] for w in want)
     nan_count = int(np.count_nonzero(~np.isfinite(value) | ~np.isfinite(scale)))
     scale_room = scale_slack + exact * window
-    low = nvfp4.round_e4m3(np.maximum(exact - scale_room, 0))
-    high = nvfp4.round_e4m3(exact + scale_room)
+    low = numerics.round_e4m3(np.maximum(exact - scale_room, 0))
+    high = numerics.round_e4m3(exact + scale_room)
     scale_ok = (low <= scale) & (scale <= high)
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.where(scale > 0, xgs / scale, 0.0)
         y_room = np.where(scale > 0, x_slack / scale, 0.0) + np.abs(y) * window
-    a, b = nvfp4.e2m1_value(nvfp4.e2m1_code(y - y_room)), nvfp4.e2m1_value(
-        nvfp4.e2m1_code(y + y_room))
+    a, b = numerics.e2m1_value(numerics.e2m1_code(y - y_room)), numerics.e2m1_value(
+        numerics.e2m1_code(y + y_room))
     code_ok = np.where(scale > 0, (np.minimum(a, b) <= value) & (value <= np.maximum(a, b)),
                        value == 0)
-    nearest = nvfp4.e2m1_value(nvfp4.e2m1_code(y))
+    nearest = numerics.e2m1_value(numerics.e2m1_code(y))
     code_ratio = np.where(scale > 0, _excess(value, nearest, (a, b), np.clip(y, -6, 6)),
                           np.where(value == 0, 0.0, np.inf))
-    scale_ratio = _excess(scale, nvfp4.round_e4m3(exact), (low, high),
-                          np.minimum(exact, nvfp4.E4M3_MAX))
+    scale_ratio = _excess(scale, numerics.round_e4m3(exact), (low, high),
+                          np.minimum(exact, numerics.E4M3_MAX))
     worst = float(np.concatenate([code_ratio.ravel(), scale_ratio.ravel()]).max(initial=0.0))
     return {
         "passed": nan_count == 0 and bool(code_ok.all() and scale_ok.all()),
@@ -62,8 +62,8 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
         "worst_error_over_tolerance": worst if nan_count == 0 else None,
         "code_mismatches": int(np.count_nonzero(~code_ok)),
         "scale_mismatches": int(np.count_nonzero(~scale_ok)),
-        "codes_at_ties": int(np.count_nonzero(value != nvfp4.e2m1_value(
-            nvfp4.e2m1_code(y)))),
+        "codes_at_ties": int(np.count_nonzero(value != numerics.e2m1_value(
+            numerics.e2m1_code(y)))),
     }
 
 
@@ -92,9 +92,9 @@ def kernel_planes(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """Packed codes and scale bytes (row-major, or flat in the 128x4 layout) -> [2, E, M,
     K]: code values, scale per element."""
     if scales.ndim == 2:
-        scales = nvfp4.unswizzle(scales, packed.shape[1], packed.shape[2] // 8)
-    values = nvfp4.e2m1_value(nvfp4.unpack(packed))
-    per_element = np.repeat(nvfp4.e4m3_value(scales), nvfp4.BLOCK, axis=-1)
+        scales = numerics.unswizzle(scales, packed.shape[1], packed.shape[2] // 8)
+    values = numerics.e2m1_value(numerics.unpack(packed))
+    per_element = np.repeat(numerics.e4m3_value(scales), numerics.BLOCK, axis=-1)
     return np.stack([values, per_element])
 
 
@@ -103,7 +103,7 @@ def tie_aware(x, gs, packed, scales, valid, x_slack=None) -> dict[str, Any]:
     own error bound ``x_slack`` when x is a computed value."""
     slack = np.zeros(np.shape(x)) if x_slack is None else x_slack
     return codes(kernel_planes(packed, scales),
-                 oracle_planes.code_planes(x, gs, valid, slack), nvfp4.TIE_WINDOW)
+                 oracle_planes.code_planes(x, gs, valid, slack), numerics.TIE_WINDOW)
 
 
 def written_past_masked_m(got: np.ndarray, want: np.ndarray) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from kernels.moe_nvfp4 import layouts, moe_f64, nvfp4, problems
+from kernels.moe_nvfp4 import layouts, numerics, oracle_f64, problems
 
 
 def sizes(params: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -38,12 +38,12 @@ def make(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarr
     w2_packed, w2_scales, w2_gs = problems.quantized(rng, e, k, n)
     masked = masked_m(rng, params)
     a1_gs = problems.global_scale(hidden)
-    a1_packed, a1_scales = nvfp4.quantize(hidden, a1_gs)
+    a1_packed, a1_scales = numerics.quantize(hidden, a1_gs)
     alpha1 = (1 / (a1_gs.astype(np.float64) * w1_gs)).astype(np.float32)
-    h = moe_f64.masked_gemm(a1_packed, a1_scales, w1_packed, w1_scales, alpha1, masked)
-    act = np.nan_to_num(moe_f64.silu_mul(h))
+    h = oracle_f64.masked_gemm(a1_packed, a1_scales, w1_packed, w1_scales, alpha1, masked)
+    act = np.nan_to_num(oracle_f64.silu_mul(h))
     a2_gs = problems.global_scale(act)
-    a2_packed, a2_scales = nvfp4.quantize(act, a2_gs)
+    a2_packed, a2_scales = numerics.quantize(act, a2_gs)
     alpha2 = (1 / (a2_gs.astype(np.float64) * w2_gs)).astype(np.float32)
     w1_t, w1_t_scales = layouts.k_pair_major(w1_packed, w1_scales)
     w1_f, w1_f_scales = layouts.fused_w1(w1_packed, w1_scales)
@@ -59,8 +59,8 @@ def make(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarr
         "w1_t": w1_t, "w1_t_scales": w1_t_scales, "w1_f": w1_f, "w1_f_scales": w1_f_scales,
         "w2_t": w2_t, "w2_t_scales": w2_t_scales,
         # The dense model's weights: dequantized once, stored in bf16, [E, K, N] (K-major).
-        "w1_bf16": np.swapaxes(nvfp4.dequantize(w1_packed, w1_scales, w1_gs), 1, 2
+        "w1_bf16": np.swapaxes(numerics.dequantize(w1_packed, w1_scales, w1_gs), 1, 2
                                ).astype(bf16),
-        "w2_bf16": np.swapaxes(nvfp4.dequantize(w2_packed, w2_scales, w2_gs), 1, 2
+        "w2_bf16": np.swapaxes(numerics.dequantize(w2_packed, w2_scales, w2_gs), 1, 2
                                ).astype(bf16),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.moe_nvfp4 import nvfp4
+from kernels.moe_nvfp4 import numerics
 
 FUSED_BLOCK = 128  # act columns per fused pass: 64 even + 64 odd, for gate and for up
 
@@ -14,7 +14,7 @@ def k_pair_major(packed: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np
     """A weight [E, N, K/2] (+ scales [E, N, K/16]) -> [E, K/2, N] bytes, byte (kk, n)
     holding K = 2kk (low nibble) and 2kk + 1 (high) of column n, and scales [E, K/16, N]:
     wgmma's [K, N] operand without a transpose."""
-    codes = np.swapaxes(nvfp4.unpack(packed), -1, -2)
+    codes = np.swapaxes(numerics.unpack(packed), -1, -2)
     pairs = (codes[..., 0::2, :] | (codes[..., 1::2, :] << 4)).astype(np.uint8)
     return pairs, np.ascontiguousarray(np.swapaxes(scales, -1, -2))
 

@@ -1,6 +1,6 @@
 """Case 01's mutants: stage outputs a subtly wrong kernel would write (numpy only).
 
-Correct outputs are the float64 model's (``moe_f64``), rounded as the kernels round:
+Correct outputs are the float64 model's (``oracle_f64``), rounded as the kernels round:
 codes and scales as planes (``checks.kernel_planes``), values to bf16.
 """
 
@@ -11,11 +11,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from kernels.moe_nvfp4 import checks, moe_f64, nvfp4
+from kernels.moe_nvfp4 import checks, numerics, oracle_f64
 from kernels.mutants import Mutant, bias
 
 K_TILE = 64  # K elements of the smallest GEMM K tile (32 packed bytes)
-GRID = np.unique(np.abs(nvfp4.E2M1_VALUES))  # the e2m1 magnitudes, ascending
+GRID = np.unique(np.abs(numerics.E2M1_VALUES))  # the e2m1 magnitudes, ascending
 GEMMS = {"h": ("a1", "w1", "alpha1"), "out": ("a2", "w2", "alpha2")}  # A, B, alpha inputs
 
 
@@ -35,7 +35,7 @@ def model_outputs(inputs: dict[str, np.ndarray], want: dict[str, np.ndarray]
 
 def _scale_shifted(params, inputs, want, correct):
     planes = correct.copy()
-    planes[1] = np.roll(planes[1], nvfp4.BLOCK, axis=-1)  # the next block's scale
+    planes[1] = np.roll(planes[1], numerics.BLOCK, axis=-1)  # the next block's scale
     return planes
 
 
@@ -44,7 +44,7 @@ def _truncated(stage):
         scale = correct[1]
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.where(scale > 0, want[stage][0] / scale, 0.0)  # x·gs / sf, exact
-        magnitude = np.minimum(np.nan_to_num(np.abs(y)), nvfp4.E2M1_MAX)
+        magnitude = np.minimum(np.nan_to_num(np.abs(y)), numerics.E2M1_MAX)
         below = GRID[np.searchsorted(GRID, magnitude, side="right") - 1]  # toward zero
         return np.stack([np.where(np.isnan(y), np.nan, np.copysign(below, y)), scale])
     return make
@@ -57,7 +57,7 @@ def _k_tile_dropped(stage):
     def make(params, inputs, want, correct):
         packed = inputs[f"{a}_packed"].copy()
         packed[..., -K_TILE // 2:] = 0
-        return bf16(moe_f64.masked_gemm(packed, inputs[f"{a}_scales"], inputs[f"{w}_packed"],
+        return bf16(oracle_f64.masked_gemm(packed, inputs[f"{a}_scales"], inputs[f"{w}_packed"],
                                         inputs[f"{w}_scales"], inputs[alpha],
                                         inputs["masked_m"]))
     return make
@@ -73,7 +73,7 @@ def _row_past_masked_m(stage):
         expert = next((e for e, m in enumerate(masked) if m < rows), None)
         if expert is None:
             return None  # every expert uses every row
-        full = moe_f64.masked_gemm(inputs[f"{a}_packed"], inputs[f"{a}_scales"],
+        full = oracle_f64.masked_gemm(inputs[f"{a}_packed"], inputs[f"{a}_scales"],
                                    inputs[f"{w}_packed"], inputs[f"{w}_scales"], inputs[alpha],
                                    np.full_like(masked, rows))
         out = correct.copy()
@@ -84,18 +84,18 @@ def _row_past_masked_m(stage):
 
 def _act_not_requantized(params, inputs, want, correct):
     """GEMM2 on act itself (bf16), skipping the NVFP4 requantize of stage 3."""
-    act = bf16(moe_f64.silu_mul(np.nan_to_num(want["h"][0])))
-    w2 = nvfp4.dequantize(inputs["w2_packed"], inputs["w2_scales"])
+    act = bf16(oracle_f64.silu_mul(np.nan_to_num(want["h"][0])))
+    w2 = numerics.dequantize(inputs["w2_packed"], inputs["w2_scales"])
     scale = (inputs["alpha2"].astype(np.float64) * inputs["a2_gs"])[:, None, None]
     out = np.einsum("emk,enk->emn", act, w2) * scale
-    valid = moe_f64.valid_rows(inputs["masked_m"], act.shape[1])[..., None]
+    valid = oracle_f64.valid_rows(inputs["masked_m"], act.shape[1])[..., None]
     return bf16(np.where(valid, out, np.nan))
 
 
 def mutants(params: dict[str, Any]) -> list[Mutant]:
     return [
         *(Mutant("scale_off_by_one_block", stage, f"{stage}'s scales shifted by one block of "
-                 f"{nvfp4.BLOCK} along K", _scale_shifted) for stage in ("a1", "a2")),
+                 f"{numerics.BLOCK} along K", _scale_shifted) for stage in ("a1", "a2")),
         *(Mutant("codes_truncated", stage, f"{stage}'s e2m1 codes rounded toward zero, not "
                  "to nearest", _truncated(stage)) for stage in ("a1", "a2")),
         bias("h"),

@@ -18,27 +18,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.moe_nvfp4 import moe_f64, nvfp4
+from kernels.moe_nvfp4 import numerics, oracle_f64
 
 BF16_HALF_ULP = 2.0**-8
 
 
 def _blocks(x):
-    return x.reshape(*x.shape[:-1], -1, nvfp4.BLOCK)
+    return x.reshape(*x.shape[:-1], -1, numerics.BLOCK)
 
 
 def code_planes(x, gs, valid, x_slack) -> np.ndarray:
     """[4, E, M, K] planes of a quantization of x with global scales gs."""
     gs_k = np.asarray(gs, np.float64)[:, None, None]
-    scale = np.repeat(nvfp4.block_scale(x, gs), nvfp4.BLOCK, axis=-1)
-    scale_slack = np.repeat(_blocks(x_slack).max(-1), nvfp4.BLOCK, axis=-1) * gs_k / 6
+    scale = np.repeat(numerics.block_scale(x, gs), numerics.BLOCK, axis=-1)
+    scale_slack = np.repeat(_blocks(x_slack).max(-1), numerics.BLOCK, axis=-1) * gs_k / 6
     planes = np.stack([np.asarray(x, np.float64) * gs_k, scale, x_slack * gs_k, scale_slack])
     return np.where(valid[None, :, :, None], planes, np.nan)
 
 
 def half_step(y):
     """Half the e2m1 grid spacing around |y| (saturating at 6): a rounding's largest error."""
-    a = np.minimum(np.abs(y), nvfp4.E2M1_MAX)
+    a = np.minimum(np.abs(y), numerics.E2M1_MAX)
     return np.where(a < 2, 0.25, np.where(a < 4, 0.5, 1.0))
 
 
@@ -49,51 +49,51 @@ def flip_bound(x, gs, x_slack) -> np.ndarray:
     half a step of x (at the model's scale, and at the largest scale the kernel may
     pick)."""
     gs = np.asarray(gs, np.float64)[:, None, None]
-    window = nvfp4.TIE_WINDOW
-    exact = nvfp4.block_scale(x, gs[:, 0, 0])
-    slack = nvfp4.block_scale(x_slack, gs[:, 0, 0]) + exact * window
-    sf = nvfp4.round_e4m3(exact)
-    sf_low = np.repeat(nvfp4.round_e4m3(np.maximum(exact - slack, 0)), nvfp4.BLOCK, axis=-1)
-    sf_high = np.repeat(nvfp4.round_e4m3(exact + slack), nvfp4.BLOCK, axis=-1)
-    y = nvfp4.scaled_value(x, gs[:, 0, 0], sf)
-    y_slack = np.abs(nvfp4.scaled_value(x_slack, gs[:, 0, 0], sf)) + np.abs(y) * window
-    flag = ((nvfp4.e2m1_code(y - y_slack) != nvfp4.e2m1_code(y + y_slack))
+    window = numerics.TIE_WINDOW
+    exact = numerics.block_scale(x, gs[:, 0, 0])
+    slack = numerics.block_scale(x_slack, gs[:, 0, 0]) + exact * window
+    sf = numerics.round_e4m3(exact)
+    sf_low = np.repeat(numerics.round_e4m3(np.maximum(exact - slack, 0)), numerics.BLOCK, axis=-1)
+    sf_high = np.repeat(numerics.round_e4m3(exact + slack), numerics.BLOCK, axis=-1)
+    y = numerics.scaled_value(x, gs[:, 0, 0], sf)
+    y_slack = np.abs(numerics.scaled_value(x_slack, gs[:, 0, 0], sf)) + np.abs(y) * window
+    flag = ((numerics.e2m1_code(y - y_slack) != numerics.e2m1_code(y + y_slack))
             | (sf_low != sf_high))
     with np.errstate(divide="ignore", invalid="ignore"):
-        y_kernel = np.where(sf_low > 0, (np.abs(x) + x_slack) * gs / sf_low, nvfp4.E2M1_MAX)
-    sf_k = np.repeat(sf, nvfp4.BLOCK, axis=-1)
+        y_kernel = np.where(sf_low > 0, (np.abs(x) + x_slack) * gs / sf_low, numerics.E2M1_MAX)
+    sf_k = np.repeat(sf, numerics.BLOCK, axis=-1)
     reach = (half_step(y) * sf_k + half_step(y_kernel) * sf_high) / gs + x_slack
     return np.where(flag, reach, 0.0)
 
 
 def gemm_bound(a_abs, a_flip, b_abs) -> np.ndarray:
     """f32 accumulation of A·Bᵀ with A possibly off by ``a_flip`` per element."""
-    return (moe_f64.f32_gemm_error(a_abs + a_flip, b_abs)
+    return (oracle_f64.f32_gemm_error(a_abs + a_flip, b_abs)
             + np.einsum("emk,enk->emn", a_flip, b_abs))
 
 
 def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every stage's planes for one problem (see the module docstring)."""
     hidden, masked = inputs["hidden"], inputs["masked_m"]
-    valid = moe_f64.valid_rows(masked, hidden.shape[1])
+    valid = oracle_f64.valid_rows(masked, hidden.shape[1])
     rows = valid[..., None]
-    stages = moe_f64.moe(hidden, inputs["a1_gs"], (inputs["w1_packed"], inputs["w1_scales"]),
+    stages = oracle_f64.moe(hidden, inputs["a1_gs"], (inputs["w1_packed"], inputs["w1_scales"]),
                          inputs["alpha1"], inputs["a2_gs"],
                          (inputs["w2_packed"], inputs["w2_scales"]), inputs["alpha2"], masked)
     h, act, out = stages["h"], stages["act"], stages["out"]
     # Magnitudes for the bounds, each operand with its global scale: A·Bᵀ = alpha·sum.
-    w1 = nvfp4.dequantize(inputs["w1_packed"], inputs["w1_scales"], inputs["w1_gs"])
-    w2 = nvfp4.dequantize(inputs["w2_packed"], inputs["w2_scales"], inputs["w2_gs"])
-    a1 = nvfp4.dequantize(stages["a1_packed"], stages["a1_scales"], inputs["a1_gs"])
-    a2 = nvfp4.dequantize(stages["a2_packed"], stages["a2_scales"], inputs["a2_gs"])
+    w1 = numerics.dequantize(inputs["w1_packed"], inputs["w1_scales"], inputs["w1_gs"])
+    w2 = numerics.dequantize(inputs["w2_packed"], inputs["w2_scales"], inputs["w2_gs"])
+    a1 = numerics.dequantize(stages["a1_packed"], stages["a1_scales"], inputs["a1_gs"])
+    a2 = numerics.dequantize(stages["a2_packed"], stages["a2_scales"], inputs["a2_gs"])
     zeros = np.zeros_like(hidden, np.float64)
     a1_flip = np.where(rows, flip_bound(hidden, inputs["a1_gs"], zeros), 0.0)
     h_error = gemm_bound(np.abs(a1), a1_flip, np.abs(w1))
 
     h_safe = np.nan_to_num(h)
-    act_error = moe_f64.silu_mul_error(h_safe, h_error)
+    act_error = oracle_f64.silu_mul_error(h_safe, h_error)
     # The unfused path rounds h and act to bf16 on the way.
-    act_error_unfused = (moe_f64.silu_mul_error(h_safe, h_error + BF16_HALF_ULP
+    act_error_unfused = (oracle_f64.silu_mul_error(h_safe, h_error + BF16_HALF_ULP
                                                 * (np.abs(h_safe) + h_error))
                          + BF16_HALF_ULP * (np.abs(act) + act_error))
 
@@ -102,13 +102,13 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return np.stack([out, gemm_bound(np.abs(a2), flip, np.abs(w2)) * (1 + BF16_HALF_ULP)])
 
     dense_h = np.einsum("emk,enk->emn", hidden, w1)
-    dense_act = moe_f64.silu_mul(dense_h)
+    dense_act = oracle_f64.silu_mul(dense_h)
     return {
         "a1": code_planes(hidden, inputs["a1_gs"], valid, zeros),
         # A bf16 output rounds the f32 result: the bound grows by its own rounding.
         "h": np.stack([h, h_error * (1 + BF16_HALF_ULP)]),
         "a2": code_planes(act, inputs["a2_gs"], valid, act_error),
-        "out": np.stack([out, moe_f64.f32_gemm_error(np.abs(a2), np.abs(w2))
+        "out": np.stack([out, oracle_f64.f32_gemm_error(np.abs(a2), np.abs(w2))
                          * (1 + BF16_HALF_ULP)]),
         "out_fused": out_planes(act_error),
         "out_unfused": out_planes(act_error_unfused),
@@ -123,12 +123,12 @@ def dense_bound(hidden, w1, w2, h) -> np.ndarray:
     accumulation): each rounding 2**-8 relative, propagated through both GEMMs."""
     rel = BF16_HALF_ULP
     terms1 = np.einsum("emk,enk->emn", np.abs(hidden), np.abs(w1))
-    h_error = rel * terms1 + moe_f64.f32_gemm_error(np.abs(hidden), np.abs(w1))
+    h_error = rel * terms1 + oracle_f64.f32_gemm_error(np.abs(hidden), np.abs(w1))
     h_error += rel * (np.abs(h) + h_error)  # h stored as bf16
-    act = moe_f64.silu_mul(h)
-    act_error = moe_f64.silu_mul_error(h, h_error)
+    act = oracle_f64.silu_mul(h)
+    act_error = oracle_f64.silu_mul_error(h, h_error)
     act_error += rel * (np.abs(act) + act_error)  # act stored as bf16
     act_abs = np.abs(act) + act_error
     return (np.einsum("emn,ekn->emk", act_error, np.abs(w2))
             + rel * np.einsum("emn,ekn->emk", act_abs, np.abs(w2))
-            + moe_f64.f32_gemm_error(act_abs, np.abs(w2)))
+            + oracle_f64.f32_gemm_error(act_abs, np.abs(w2)))

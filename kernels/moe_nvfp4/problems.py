@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.moe_nvfp4 import nvfp4
+from kernels.moe_nvfp4 import numerics
 
 
 def global_scale(x: np.ndarray) -> np.ndarray:
     """The reference's per-expert float32 global scale 448 * 6 / amax."""
     amax = np.abs(np.nan_to_num(x)).reshape(x.shape[0], -1).max(-1).astype(np.float32)
     safe = np.where(amax > 0, amax, np.float32(1))  # an expert with nothing to scale: 1
-    return np.where(amax > 0, np.float32(nvfp4.E4M3_MAX * nvfp4.E2M1_MAX) / safe,
+    return np.where(amax > 0, np.float32(numerics.E4M3_MAX * numerics.E2M1_MAX) / safe,
                     np.float32(1)).astype(np.float32)
 
 
@@ -29,11 +29,11 @@ def quantized(rng: np.random.Generator, e: int, rows: int, k: int, exact: bool =
     scales in [1, 2) (e4m3 exponent 0), so GEMM sums stay exact in float32 for K <= 512."""
     if exact:
         codes = rng.integers(0, 16, (e, rows, k), dtype=np.uint8)
-        scales = nvfp4.e4m3_bits(1 + rng.integers(0, 8, (e, rows, k // 16)) / 8)
-        return nvfp4.pack(codes), scales, np.ones(e, np.float32)
+        scales = numerics.e4m3_bits(1 + rng.integers(0, 8, (e, rows, k // 16)) / 8)
+        return numerics.pack(codes), scales, np.ones(e, np.float32)
     x = activations(rng, e, rows, k)
     gs = global_scale(x)
-    packed, scales = nvfp4.quantize(x, gs)
+    packed, scales = numerics.quantize(x, gs)
     return packed, scales, gs
 
 

@@ -3,7 +3,7 @@
 Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run by
 Pallas's interpreter on the host (the reference), and ``upstream_bwd``, its backward
 (dq, dk, dv through upstream's own custom VJP) run the same way; ``mgpu`` and
-``mgpu_mask_tiles``, the Pallas Mosaic GPU port's forward (see ``mgpu``), and
+``mgpu_mask_tiles``, the Pallas Mosaic GPU port's forward (see ``port``), and
 ``mgpu_bwd``, its backward (dq, dk, dv through the port's custom VJP), lowered for CUDA
 sm_90a and run by the Mosaic GPU interpreter on a CPU host.
 
@@ -26,19 +26,19 @@ from kernels.runnable import from_jax
 from kernels.splash_attention import (
     baselines,
     masks,
-    mgpu,
     near_misses,
     oracle_f64,
-    reference_vjp,
+    oracle_vjp,
+    port,
     upstream,
 )
 
 INPUTS = ("q", "k", "v")
 BACKWARD_INPUTS = ("q", "k", "v", "do")
 UPSTREAM_VARIANTS = ("upstream", "upstream_bwd")
-VARIANTS = (*UPSTREAM_VARIANTS, *mgpu.VARIANTS)
+VARIANTS = (*UPSTREAM_VARIANTS, *port.VARIANTS)
 # The backward variants read BACKWARD_INPUTS and return GRADIENTS; the rest return out.
-BACKWARD_VARIANTS = ("upstream_bwd", *mgpu.BACKWARD_VARIANTS)
+BACKWARD_VARIANTS = ("upstream_bwd", *port.BACKWARD_VARIANTS)
 GRADIENTS = ("dq", "dk", "dv")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -65,7 +65,7 @@ def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> dict[str, n
     segments = None if ids is None else (ids, ids)
     mask, cap = masks.dense_mask(params), params.get("soft_cap")
     out = oracle_f64.attention(q, k, v, mask, segment_ids=segments, soft_cap=cap)
-    _, dq, dk, dv = reference_vjp.gradients(q, k, v, inputs["do"], mask,
+    _, dq, dk, dv = oracle_vjp.gradients(q, k, v, inputs["do"], mask,
                                             segment_ids=segments, soft_cap=cap)
     return {"out": out, "dq": dq, "dk": dk, "dv": dv}
 
@@ -118,9 +118,9 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
     import jax
 
     _check_variant(variant)
-    if variant in mgpu.VARIANTS:
-        return mgpu.build(variant, params)
-    shapes = mgpu.arg_shapes(params)
+    if variant in port.VARIANTS:
+        return port.build(variant, params)
+    shapes = port.arg_shapes(params)
     make = upstream.make
     if variant == "upstream_bwd":
         shapes, make = (*shapes, shapes[0]), upstream.make_backward  # do is shaped like q
@@ -154,10 +154,10 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
     _check_variant(variant)
     backward = variant in BACKWARD_VARIANTS
     names = BACKWARD_INPUTS if backward else INPUTS
-    if variant in mgpu.VARIANTS:
+    if variant in port.VARIANTS:
         interpret, execution = mgpu_interpret.placement(purpose)
-        fn = (mgpu.make_backward(params, interpret=interpret) if backward
-              else mgpu.make(variant, params, interpret=interpret))
+        fn = (port.make_backward(params, interpret=interpret) if backward
+              else port.make(variant, params, interpret=interpret))
         return from_jax(fn, names, execution)
     make = upstream.make_backward if backward else upstream.make
     if purpose == "check":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from kernels.splash_attention import mgpu, mgpu_backward, mgpu_forward
+from kernels.splash_attention import mgpu_backward, mgpu_forward, port
 
 # The searched space: the block widths the port's tests and fuzz run (64, 128), every
 # ring depth the configs allow, one or two compute warpgroups.
@@ -23,11 +23,11 @@ BACKWARD_SPACE = {"block_q": (64, 128), "block_kv": (64, 128), "stages": (1, 2, 
 
 def tuned_key(variant: str) -> str:
     """The point key a variant's tile choice lives in: ``tiles`` or ``bwd_tiles``."""
-    if variant in mgpu.BACKWARD_VARIANTS:
+    if variant in port.BACKWARD_VARIANTS:
         return "bwd_tiles"
-    if variant in mgpu.FORWARD_VARIANTS:
+    if variant in port.FORWARD_VARIANTS:
         return "tiles"
-    raise ValueError(f"variant {variant!r} has no tile choice; tunable: {mgpu.VARIANTS}")
+    raise ValueError(f"variant {variant!r} has no tile choice; tunable: {port.VARIANTS}")
 
 
 def _grid(space: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
@@ -36,8 +36,8 @@ def _grid(space: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
 
 def _smem(variant: str, params: dict[str, Any], tiles: dict[str, int]) -> dict[str, int]:
     """Shared memory of every kernel the variant launches with ``tiles`` (bytes)."""
-    problem = mgpu.problem(params)
-    if variant in mgpu.BACKWARD_VARIANTS:
+    problem = port.problem(params)
+    if variant in port.BACKWARD_VARIANTS:
         return mgpu_backward.smem_bytes(problem, mgpu_backward.BackwardConfig(**tiles),
                                         has_tiles=False)
     return {"forward": mgpu_forward.smem_bytes(problem, mgpu_forward.TuningConfig(**tiles),

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kernels.mutants import Mutant, bias
-from kernels.splash_attention import masks, oracle_f64, reference_vjp
+from kernels.splash_attention import masks, oracle_f64, oracle_vjp
 
 BLOCK = 64  # the port's smallest q and kv tile: the granularity of its mask blocks
 
@@ -66,7 +66,7 @@ def _soft_cap_derivative_dropped(output):
     def make(params, inputs, want, correct):
         if params.get("soft_cap") is None:
             return None
-        grads = reference_vjp.gradients(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
+        grads = oracle_vjp.gradients(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
                                         masks.visible(params), soft_cap=params["soft_cap"],
                                         cap_gradient=False)
         return rounded(inputs, grads[index])

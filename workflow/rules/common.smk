@@ -4,11 +4,10 @@ import os
 import re
 import sys
 
-sys.path[:0] = [os.path.join(workflow.basedir, "workflow"), workflow.basedir]
-# Scripts run as separate interpreters: they find the library through PYTHONPATH, which
-# the workflow sets (it asks the user for no environment variable).
+# Snakemake puts this checkout first on sys.path; the scripts, separate interpreters, get it
+# first on PYTHONPATH, so a copy of the workflow runs its own code, not an installed one.
 os.environ.update(
-    PYTHONPATH=os.pathsep.join([*sys.path[:2], *filter(None, [os.environ.get("PYTHONPATH")])])
+    PYTHONPATH=os.pathsep.join([workflow.basedir, *filter(None, [os.environ.get("PYTHONPATH")])])
 )
 
 from snakemake.utils import validate

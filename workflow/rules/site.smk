@@ -18,7 +18,7 @@ rule page:
     params:
         targets=TARGETS,
         measured=MEASURED,
-        title=config["site"]["title"],
+        site=config["site"],
     log:
         paths.log("site", "{case}"),
     script:
@@ -43,7 +43,7 @@ rule methods:
         cases=list(CASES),
         targets=TARGETS,
         measured=MEASURED,
-        title=config["site"]["title"],
+        site=config["site"],
         protocol=config["measurement"],
     log:
         paths.log("site", "methods"),
@@ -92,7 +92,7 @@ rule index:
         cases=list(CASES),
         targets=TARGETS,
         measured=MEASURED,
-        title=config["site"]["title"],
+        site=config["site"],
     log:
         paths.log("site", "index"),
     script:

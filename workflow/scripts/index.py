@@ -10,7 +10,7 @@ with reported(snakemake):
         p.cases,
         {c: p.targets for c in p.cases},
         p.measured,
-        p.title,
+        p.site["title"],
         snakemake.output[0],
         dict(zip(p.cases, snakemake.input.statuses, strict=True)),
     )

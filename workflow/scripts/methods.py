@@ -10,7 +10,7 @@ with reported(snakemake):
         p.cases,
         p.targets,
         p.measured,
-        p.title,
+        p.site["title"],
         p.protocol,
         snakemake.output[0],
     )

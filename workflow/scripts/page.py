@@ -10,7 +10,7 @@ with reported(snakemake):
         snakemake.wildcards.case,
         p.targets,
         p.measured,
-        p.title,
+        p.site["title"],
         snakemake.output.part,
         snakemake.output.status,
     )

@@ -1,4 +1,5 @@
-"""The grouped problem of CUTLASS example 69, described and checked (numpy only).
+"""The grouped problem of CUTLASS example 69, described and checked, and its inputs (numpy
+only): drawn as the example draws them, checked, and B dequantized as the kernel sees it.
 
 Per group g: D_g = alpha · A_g @ dequant(B_g)ᵀ + beta · C_g, with A_g bf16 (M_g, K) row-major,
 B_g fp8 e5m2 (N, K) K-major, scales bf16 (N, ceil(K/c)) stored N-contiguous, C_g and D_g
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 MODES = {"convert_only": 0, "scale_only": 1}  # name -> the example's --mode
@@ -97,3 +99,75 @@ def from_params(params: dict[str, Any]) -> GroupedProblem:
     return GroupedProblem(m=rows, n=params["n"], k=params["k"], chunk=params["chunk"],
                           mode=params["mode"], alpha=float(params.get("alpha", 1.0)),
                           beta=float(params.get("beta", 0.0)))
+
+
+# The example's input distributions (initialize_tensor / initialize_scale): uniform, then
+# rounded to the element type.
+A_RANGE = (-5.0, 5.0)  # 16-bit operands: A (bf16) and C (f16)
+B_RANGE = (-2.0, 2.0)  # 8-bit operand B
+SCALE_RANGE = (0.1, 2.0)
+
+
+def _uniform(rng: np.random.Generator, bounds: tuple[float, float], shape, dtype) -> np.ndarray:
+    return rng.uniform(*bounds, size=shape).astype(np.float32).astype(dtype)
+
+
+def make_inputs(problem: GroupedProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Fresh A, B, scales and C; groups stacked along M (A, C), or leading (B, scales).
+
+    In ConvertOnly mode the scales are all ones, as the example initialises them.
+    """
+    rows, n, k = sum(problem.m), problem.n, problem.k
+    scale_shape = (problem.groups, problem.scale_k, n)  # N contiguous, as the example stores it
+    if problem.mode == "scale_only":
+        scale = _uniform(rng, SCALE_RANGE, scale_shape, ml_dtypes.bfloat16)
+    else:
+        scale = np.ones(scale_shape, ml_dtypes.bfloat16)
+    return {
+        "a": _uniform(rng, A_RANGE, (rows, k), ml_dtypes.bfloat16),
+        "b": _uniform(rng, B_RANGE, (problem.groups, n, k), ml_dtypes.float8_e5m2),
+        "scale": scale,
+        "c": _uniform(rng, A_RANGE, (rows, n), np.float16),
+    }
+
+
+def expected_inputs(problem: GroupedProblem) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Each input's (shape, dtype) as ``make_inputs`` lays them out."""
+    rows = sum(problem.m)
+    return {"a": ((rows, problem.k), ml_dtypes.bfloat16),
+            "b": ((problem.groups, problem.n, problem.k), ml_dtypes.float8_e5m2),
+            "scale": ((problem.groups, problem.scale_k, problem.n), ml_dtypes.bfloat16),
+            "c": ((rows, problem.n), np.float16)}
+
+
+def check_inputs(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> None:
+    """A ValueError naming the input, what it got and what it needs (shape, dtype)."""
+    for name, (shape, dtype) in expected_inputs(problem).items():
+        if name not in inputs:
+            raise ValueError(f"{name}: missing; needs {shape} {np.dtype(dtype).name}")
+        got = inputs[name]
+        if np.dtype(got.dtype) != np.dtype(dtype):
+            raise ValueError(f"{name}: dtype {np.dtype(got.dtype).name}; needs "
+                             f"{np.dtype(dtype).name}")
+        if tuple(got.shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(got.shape)}; needs {shape}"
+                             + (" (groups, ceil(K/c), N), N contiguous" if name == "scale"
+                                else ""))
+
+
+def dequantize(problem: GroupedProblem, b: np.ndarray, scale: np.ndarray,
+               rounded: bool = True) -> np.ndarray:
+    """The bf16 operand the MMA sees, (groups, N, K), as float32 values (``rounded``
+    False: the scaled product left unrounded, as a near-miss kernel would use it)."""
+    converted = b.astype(np.float32)
+    if problem.mode == "convert_only":
+        return converted
+    per_k = np.repeat(scale.astype(np.float32), problem.chunk, axis=1)[:, : problem.k, :]
+    scaled = converted * per_k.transpose(0, 2, 1)
+    return scaled.astype(ml_dtypes.bfloat16).astype(np.float32) if rounded else scaled
+
+
+def group_rows(problem: GroupedProblem) -> list[tuple[int, slice]]:
+    """Each group's index and its rows of A, C and D."""
+    offsets = problem.row_offsets
+    return [(g, slice(offsets[g], offsets[g + 1])) for g in range(problem.groups)]

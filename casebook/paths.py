@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = SOURCE_ROOT / "configs" / "schemas"
 RECORD_SCHEMA = SCHEMA_DIR / "records.schema.yaml"
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
@@ -48,7 +48,7 @@ ENV_DIR = SOURCE_ROOT / "env"
 KERNELS_DIR = SOURCE_ROOT / "kernels"
 TEMPLATE_DIR = SOURCE_ROOT / "site" / "templates"
 STATIC_DIR = SOURCE_ROOT / "site" / "static"
-LIBRARY_DIR = SOURCE_ROOT / "workflow" / "casebook"
+LIBRARY_DIR = SOURCE_ROOT / "casebook"
 # The modules whose docstrings the methods page quotes (``methods.QUOTED``): its inputs.
 METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
     "verify.py", "measure/clocks.py", "measure/engine.py", "measure/pinning.py",

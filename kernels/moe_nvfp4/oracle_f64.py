@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.moe_nvfp4 import nvfp4
+from kernels.moe_nvfp4 import numerics
 
 
 def masked_gemm(a_packed, a_scales, b_packed, b_scales, alpha, masked_m) -> np.ndarray:
     """out[e, m] = alpha[e] * deq(A)[e, m] @ deq(B)[e]^T for m < masked_m[e], else NaN."""
-    a = nvfp4.dequantize(a_packed, a_scales)
-    b = nvfp4.dequantize(b_packed, b_scales)
+    a = numerics.dequantize(a_packed, a_scales)
+    b = numerics.dequantize(b_packed, b_scales)
     out = np.einsum("emk,enk->emn", a, b) * np.asarray(alpha, np.float64)[:, None, None]
     return np.where(valid_rows(masked_m, a.shape[1])[..., None], out, np.nan)
 
@@ -61,8 +61,8 @@ def sum_is_exact_in_f32(a_packed, a_scales, b_packed, b_scales) -> bool:
     sum is an integer multiple of q under 2**24 * q, hence exact. Then an f32 accumulator
     gives the float64 sum bit for bit, whatever the order.
     """
-    a = nvfp4.dequantize(a_packed, a_scales)
-    b = nvfp4.dequantize(b_packed, b_scales)
+    a = numerics.dequantize(a_packed, a_scales)
+    b = numerics.dequantize(b_packed, b_scales)
     products = np.abs(a[:, :, None, :] * b[:, None, :, :])
     nonzero = products[products > 0]
     if nonzero.size == 0:
@@ -78,10 +78,10 @@ def moe(hidden, a1_gs, w1, alpha1, a2_gs, w2, alpha2, masked_m) -> dict[str, np.
     """The four stages in float64 (w1, w2: (packed, scales); alphas as the caller passes
     them, in float32 like the reference's); every stage's output by name, rows past
     masked_m NaN (act: 0)."""
-    a1_packed, a1_scales = nvfp4.quantize(hidden, a1_gs)
+    a1_packed, a1_scales = numerics.quantize(hidden, a1_gs)
     h = masked_gemm(a1_packed, a1_scales, *w1, alpha1, masked_m)
     act = np.nan_to_num(silu_mul(h))
-    a2_packed, a2_scales = nvfp4.quantize(act, a2_gs)
+    a2_packed, a2_scales = numerics.quantize(act, a2_gs)
     out = masked_gemm(a2_packed, a2_scales, *w2, alpha2, masked_m)
     return {"a1_packed": a1_packed, "a1_scales": a1_scales, "h": h, "act": act,
             "a2_packed": a2_packed, "a2_scales": a2_scales, "out": out}
