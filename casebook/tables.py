@@ -47,15 +47,17 @@ def _link(label: str) -> Callable[[str], str]:
 def verification(ev: Evidence, href: Href) -> str:
     rows, failed = [], []
     for (variant, point), r in ev.verify.items():
-        worst = r["worst_error_over_tolerance"]
+        worst, ran = r["worst_error_over_tolerance"], r["ran"]
         rows.append({
             "variant": variant, "point": point,
-            "result": ("passed" if r["passed"] else "FAILED") if r["ran"]
+            "result": ("passed" if r["passed"] else "FAILED") if ran
             else f"not run here: {r['not_run_reason']}",
-            "draws": r["trials"],
-            "max |error|": f"{r['max_abs_error']:.3g}",
-            "worst error / tolerance": f"{worst:.3g}" if worst is not None else "undefined",
-            "races": "yes" if r["races_found"] else "no",
+            # A kernel that did not run has no draws, error or races to show.
+            "draws": r["trials"] if ran else None,
+            "max |error|": f"{r['max_abs_error']:.3g}" if ran else None,
+            "worst error / tolerance": (f"{worst:.3g}" if worst is not None else "undefined")
+            if ran else None,
+            "races": ("yes" if r["races_found"] else "no") if ran else None,
             "seed": str(r["seed"]),
             "record": href(paths.verify_record(ev.target, ev.case, variant, point))})
         failed.append(r["ran"] and not r["passed"])
@@ -119,14 +121,18 @@ def _dims(values: list[int] | None) -> str | None:
 
 
 def lowering(ev: Evidence) -> str:
-    """What each variant was compiled to at each point: launch shape, registers and shared
-    memory, as far as its build records them (columns no build records are left out)."""
+    """What each variant was compiled to at each point: launch shape, registers, shared
+    and tensor memory, the tensor-core MMA, as far as its build records them (columns no
+    build records are left out)."""
     rows = [{"variant": evidence.launch_name(r), "point": r["point"],
              "run here": _run_here(ev, r),
              "target": r["target"], "grid": _dims(r.get("grid")),
              "block": _dims(r.get("block")),
              "registers / thread": r.get("registers_per_thread"),
              "shared memory": f"{r['dynamic_smem_bytes']:,} B of {r['smem_limit_bytes']:,}",
+             "tensor memory": (f"{r['tmem_columns']} of {r['tmem_limit_columns']} columns"
+                               if "tmem_columns" in r else None),
+             "tensor-core MMA": ", ".join(r.get("tcgen05_mma", [])) or None,
              "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()) or None,
              "partial blocks from": r.get("mask_source")}
             for r in evidence.lowered_launches(ev)]

@@ -81,28 +81,41 @@ def enable_layout_cast_on_host() -> None:
                            lambda ctx, x, new_layout: [x], platform="cpu")
 
 
-def placement(purpose: str) -> tuple[Any, dict[str, Any]]:
-    """Where a Mosaic GPU kernel runs on this host, for ``purpose`` ("check" or "time"):
-    ``(interpret, execution)``. No GPU: the interpreter (NaN memory; race detection when
-    checking). An sm_90 GPU: the real kernel (``interpret=None``). Another GPU: refused
-    (``NotRunnable``): the kernels are Hopper (sm_90a) kernels."""
+# The GPU each kernel architecture runs on: compute capability, and what it is called.
+ARCHITECTURES = {"sm_90a": ("9.0", "Hopper"), "sm_100a": ("10.0", "Blackwell")}
+
+
+def placement(purpose: str, arch: str = "sm_90a") -> tuple[Any, dict[str, Any]]:
+    """Where a Mosaic GPU kernel for ``arch`` runs on this host, for ``purpose`` ("check"
+    or "time"): ``(interpret, execution)``. A GPU of the kernel's architecture: the real
+    kernel (``interpret=None``); another GPU: refused (``NotRunnable``). No GPU: an sm_90a
+    kernel runs in the interpreter (NaN memory; race detection when checking); an
+    sm_100a kernel is refused, as no interpreter runs tcgen05 or tensor memory."""
     import jax
 
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r}; known: {sorted(ARCHITECTURES)}")
+    capability, family = ARCHITECTURES[arch]
     start_host_backend()
     device = jax.devices()[0]
     if device.platform == "cpu":
+        if arch != "sm_90a":
+            raise contract.NotRunnable(
+                f"lowered only, never run: a {family} ({arch}) kernel needs a GPU of compute "
+                f"capability {capability}, and the Mosaic GPU interpreter runs no tcgen05 "
+                "or tensor-memory operation")
         races = purpose == "check"
         return interpret_params(race_detection=races), contract.execution(
             "Pallas Mosaic GPU interpret mode on the host CPU (uninitialised shared memory "
             "= NaN" + (", race detection on)" if races else ")"),
             interpret=True, poisoned=True, race_detection=races,
             xla_cpu_pool_workers=host_pool_workers())
-    capability = getattr(device, "compute_capability", None)
-    if capability != "9.0":
-        raise contract.NotRunnable(f"a Hopper (sm_90a) kernel; this host's "
-                                   f"{device.device_kind} has compute capability {capability}")
+    found = getattr(device, "compute_capability", None)
+    if found != capability:
+        raise contract.NotRunnable(f"a {family} ({arch}) kernel; this host's "
+                                   f"{device.device_kind} has compute capability {found}")
     return None, contract.execution(f"Pallas Mosaic GPU kernel on {device.device_kind} "
-                                    "(sm_90a)")
+                                    f"({arch})")
 
 
 def interpret_params(race_detection: bool = True):

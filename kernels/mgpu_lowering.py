@@ -1,16 +1,18 @@
 """Lower a Pallas Mosaic GPU kernel for CUDA on any host and read its launch facts.
 
 ``jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`` runs the whole Mosaic GPU
-compiler front end (layout inference, TMA descriptors, wgmma, shared-memory allocation,
-the 227 KiB budget check) without a GPU; sm_90a is assumed, as no device is there to
-ask. The kernel's module travels serialised inside the ``mosaic_gpu_v2`` custom call;
-it is deserialised here and the ``gpu.launch`` operands give grid, block and dynamic
-shared memory.
+compiler front end (layout inference, TMA descriptors, wgmma or tcgen05, shared- and
+tensor-memory allocation, the 227 KiB budget check) without a GPU. The kernel's module
+travels serialised inside the ``mosaic_gpu_v2`` custom call; it is deserialised here:
+the ``gpu.launch`` operands give grid, block and dynamic shared memory, its
+``tcgen05.alloc`` operations the tensor-memory columns it holds (of 512), and its
+inline PTX the kinds of ``tcgen05.mma`` it issues (Blackwell kernels only).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,6 +26,8 @@ from jax.experimental.mosaic.gpu import core as mosaic_core
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 CUSTOM_CALL = "mosaic_gpu_v2"
+TMEM_COLUMNS = 512  # tensor memory per SM on sm_100: 128 lanes × 512 columns of 32 bits
+TCGEN05_MMA = re.compile(r"tcgen05\.mma[\w:.]*")
 
 
 def _ops(op: ir.Operation, name: str):
@@ -56,8 +60,24 @@ def launches(stablehlo: ir.Module) -> list[dict[str, Any]]:
                 # Operands: async token, grid x/y/z, block x/y/z, dynamic smem bytes.
                 values = [_constant(v) for v in list(launch.operands)[1:8]]
                 facts.append({"grid": values[0:3], "block": values[3:6],
-                              "dynamic_smem_bytes": values[6]})
+                              "dynamic_smem_bytes": values[6], **_tensor_memory(launch)})
     return facts
+
+
+def _tensor_memory(launch: ir.Operation) -> dict[str, Any]:
+    """Tensor-memory columns allocated and tcgen05 MMA kinds issued; nothing for a
+    kernel that uses neither (Hopper's). An allocation is an ``nvvm.tcgen05.alloc``
+    (jax 0.10.2) or inline ``tcgen05.alloc`` PTX (0.11.2); its operand 1 is the columns."""
+    asm = [(op, ir.StringAttr(op.attributes["asm_string"]).value)
+           for op in _ops(launch, "llvm.inline_asm")]
+    allocs = [*_ops(launch, "nvvm.tcgen05.alloc"),
+              *(op for op, text in asm if text.startswith("tcgen05.alloc"))]
+    columns = sum(_constant(op.operands[1]) for op in allocs)
+    kinds = sorted({kind for _, text in asm for kind in TCGEN05_MMA.findall(text)})
+    if not columns and not kinds:
+        return {}
+    return {"tmem_columns": columns, "tmem_limit_columns": TMEM_COLUMNS,
+            "tcgen05_mma": kinds}
 
 
 def lower_for_cuda(fn: Callable, args: Sequence[jax.ShapeDtypeStruct]) -> dict[str, Any]:

@@ -48,12 +48,12 @@ def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu",
 
 def tiny_moe_case() -> dict:
     """Case 01 cut to its first point, its smallest build-only point, the whole fused
-    path and one GEMM variant, with both baselines."""
+    path, one Hopper GEMM and one Blackwell GEMM (lowered only), with both baselines."""
     case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/moe_nvfp4.yaml").read_text())
     case["points"] = case["points"][:1]
     case["build_only_points"] = case["build_only_points"][-1:]
-    case["variants"] = [v for v in case["variants"]
-                        if v["name"] in ("moe_fused", "gemm1_m128n128s3")]
+    case["variants"] = [v for v in case["variants"] if v["name"] in (
+        "moe_fused", "gemm1_m128n128s3", "gemm1_sm100a_n128k256s3")]
     case["verify"]["trials"] = 1
     return case
 

@@ -137,6 +137,15 @@ def test_tables_escape_every_cell_and_mark_failures():
     assert html.count("fail") == 2  # both cells of the failed row, none of the other
 
 
+def test_a_kernel_that_did_not_run_shows_no_draws_error_or_races():
+    ev = evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3)
+    ev.verify[("v", "p")].update(ran=False, passed=False, trials=3, max_abs_error=0.0,
+                                 worst_error_over_tolerance=None, races_found=False,
+                                 seed=1, not_run_reason="lowered only, never run")
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", tables.verification(ev, lambda p: p))
+    assert cells[:7] == ["v", "p", "not run here: lowered only, never run", "—", "—", "—", "—"]
+
+
 def test_no_noise_floor_record_is_said_plainly(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ev = evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3)

@@ -16,8 +16,7 @@ import numpy as np
 
 from kernels import contract, mgpu_interpret, mgpu_lowering
 from kernels.contract import Runnable
-from kernels.moe_nvfp4 import baselines, checks, inputs, near_misses, oracle_planes
-from kernels.moe_nvfp4 import port as port
+from kernels.moe_nvfp4 import baselines, checks, inputs, near_misses, oracle_planes, port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import from_jax
 
@@ -88,14 +87,20 @@ def _baseline(name: str):
 
 def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
           ) -> dict[str, Any]:
-    """Lower every kernel of the variant for sm_90a: grid, block, shared memory."""
+    """Lower every kernel of the variant for its architecture (sm_90a or sm_100a): grid,
+    block, shared memory and, on sm_100a, tensor-memory columns and the MMA's kind. A
+    configuration over a budget fails naming its stage and configuration."""
     e, m, k, n = inputs.sizes(params)
+    chosen = _variant(variant)
     artifacts = []
-    for stage, (fn, config, shapes) in port.kernels(_variant(variant), e, m, k, n).items():
-        lowered = mgpu_lowering.lower_for_cuda(fn, shapes)
+    for stage, (fn, config, shapes) in port.kernels(chosen, e, m, k, n).items():
+        try:
+            lowered = mgpu_lowering.lower_for_cuda(fn, shapes)
+        except ValueError as error:
+            raise ValueError(f"{variant} {stage} ({config!r}): {error}") from error
         (launch,) = lowered["launches"]
         artifacts.append({
-            "target": "cuda sm_90a",
+            "target": f"cuda {chosen.arch}",
             "kind": f"Pallas Mosaic GPU kernel: {stage} (lowered on CPU, not run)",
             "seconds": lowered["seconds"],
             "facts": {**launch, "smem_limit_bytes": SMEM_LIMIT_BYTES, "config": repr(config)}})
@@ -113,11 +118,12 @@ def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
-    """The variant on an sm_90 GPU, or in the Mosaic GPU interpreter on a host without a
-    GPU (``check``: with race detection)."""
+    """The variant on a GPU of its architecture, or (sm_90a only) in the Mosaic GPU
+    interpreter on a host without a GPU (``check``: with race detection)."""
     e, m, k, n = inputs.sizes(params)
-    interpret, execution = mgpu_interpret.placement(purpose)
-    fn = port.function(_variant(variant), e, m, k, n, interpret=interpret)
+    chosen = _variant(variant)
+    interpret, execution = mgpu_interpret.placement(purpose, chosen.arch)
+    fn = port.function(chosen, e, m, k, n, interpret=interpret)
     return from_jax(fn, port.INPUTS, execution)._replace(fetch=_fetch)
 
 

@@ -58,6 +58,10 @@ def make(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarr
         "a2_packed": a2_packed, "a2_scales": a2_scales,
         "w1_t": w1_t, "w1_t_scales": w1_t_scales, "w1_f": w1_f, "w1_f_scales": w1_f_scales,
         "w2_t": w2_t, "w2_t_scales": w2_t_scales,
+        # Blackwell's block-scaled MMA reads the scales in the reference's 128x4 layout.
+        **{f"{name}_128x4": numerics.scale_atoms(scales) for name, scales in (
+            ("a1_scales", a1_scales), ("a2_scales", a2_scales), ("w1_scales", w1_scales),
+            ("w2_scales", w2_scales))},
         # The dense model's weights: dequantized once, stored in bf16, [E, K, N] (K-major).
         "w1_bf16": np.swapaxes(numerics.dequantize(w1_packed, w1_scales, w1_gs), 1, 2
                                ).astype(bf16),

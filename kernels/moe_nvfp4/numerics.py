@@ -118,6 +118,13 @@ def swizzle(scales: np.ndarray) -> np.ndarray:
     return tiles.reshape(e, -1)
 
 
+def scale_atoms(scales: np.ndarray) -> np.ndarray:
+    """[E, M, K/16] -> [E, M/128, K/64, 32, 16]: ``swizzle``'s 512-byte atoms by (row
+    block, K block), the shared-memory tile ``tcgen05.cp`` copies to tensor memory."""
+    e, m, kb = scales.shape
+    return swizzle(scales).reshape(e, *_atoms(m, kb), 32, 16)
+
+
 def unswizzle(flat: np.ndarray, m: int, k_blocks: int) -> np.ndarray:
     """The inverse of ``swizzle``: [E, Mt*Kt*512] -> [E, M, K/16]."""
     e = flat.shape[0]

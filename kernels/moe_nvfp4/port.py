@@ -7,7 +7,10 @@ scheduling (one tile per CTA vs persistent CTAs walking the tile list, as the
 reference's persistent kernel), and fused vs unfused stages (GEMM1 + SiLU·mul +
 requantize in one kernel, or GEMM1 writing h in bf16, SiLU·mul in XLA and the quantize
 kernel), scale placement (the quantize writing row-major scales, the Hopper GEMM's
-operand, or the reference's 128x4 layout), and fused vs unfused stages.
+operand, or the reference's 128x4 layout), fused vs unfused stages, and the target:
+Hopper (sm_90a: NVFP4 decoded in registers, bf16 wgmma) or Blackwell (sm_100a: the
+tensor cores' block-scaled NVFP4 MMA, ``mgpu_gemm_sm100``; lowered only, as no
+interpreter runs it).
 """
 
 from __future__ import annotations
@@ -18,23 +21,35 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from kernels.moe_nvfp4 import arguments, mgpu_fused, mgpu_gemm, mgpu_quantize
+from kernels.moe_nvfp4 import (
+    arguments,
+    mgpu_fused,
+    mgpu_gemm,
+    mgpu_gemm_sm100,
+    mgpu_quantize,
+)
 
 H100_SMS = 132  # persistent CTAs: one per SM of an H100 SXM (the reference's sm_count)
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """Which kernels run, with which configuration; None: the stage is not run."""
+    """Which kernels run, with which configuration; None: the stage is not run. A GEMM
+    configured for sm_100a (``mgpu_gemm_sm100.TuningConfig``) makes a Blackwell variant,
+    whose stages must all be Blackwell kernels."""
 
     description: str
     quantize: mgpu_quantize.QuantizeConfig | None = None
-    gemm1: mgpu_gemm.TuningConfig | None = None
+    gemm1: mgpu_gemm.TuningConfig | mgpu_gemm_sm100.TuningConfig | None = None
     fused: mgpu_fused.FusedConfig | None = None
-    gemm2: mgpu_gemm.TuningConfig | None = None
+    gemm2: mgpu_gemm.TuningConfig | mgpu_gemm_sm100.TuningConfig | None = None
 
     def __post_init__(self):
         stages = [self.quantize, self.gemm1 or self.fused, self.gemm2]
+        blackwell = [isinstance(s, mgpu_gemm_sm100.TuningConfig) for s in stages if s]
+        if any(blackwell) and not all(blackwell):
+            raise ValueError(f"a variant runs on one target: sm_100a and sm_90a kernels "
+                             f"mixed in {self}")
         if self.gemm1 and self.fused:
             raise ValueError("GEMM1 runs either unfused (gemm1) or fused, not both")
         ran = [i for i, s in enumerate(stages) if s is not None]
@@ -42,6 +57,12 @@ class Variant:
             raise ValueError(f"the stages run must be contiguous, got {self}")
         if self.gemm1 and self.gemm2 and self.quantize is None:
             raise ValueError("an unfused GEMM1 -> GEMM2 chain needs the quantize kernel")
+
+    @property
+    def arch(self) -> str:
+        """The GPU architecture its kernels are written for."""
+        return ("sm_100a" if isinstance(self.gemm1 or self.gemm2,
+                                        mgpu_gemm_sm100.TuningConfig) else "sm_90a")
 
     def outputs(self) -> tuple[str, ...]:
         found = ["a1"] if self.quantize else []
@@ -80,6 +101,14 @@ VARIANTS = {
                      fused=mgpu_fused.FusedConfig(64, 2)),
     "gemm2_m128n128s3": Variant("Stage 4 alone: GEMM2 on the requantized act, 128×128, 3 "
                                 "stages.", gemm2=tiles(128, 128, 3)),
+    "gemm1_sm100a_n128k256s3": Variant(
+        "Stage 2 alone for Blackwell (sm_100a): the tensor cores' block-scaled NVFP4 MMA "
+        "(tcgen05, accumulator in tensor memory), 128×128 tiles, 256 K per step, 3 stages.",
+        gemm1=mgpu_gemm_sm100.TuningConfig(128, 256, 3)),
+    "gemm2_sm100a_n128k256s3": Variant(
+        "Stage 4 alone for Blackwell (sm_100a): GEMM2 on the block-scaled NVFP4 MMA, "
+        "128×128 tiles, 256 K per step, 3 stages.",
+        gemm2=mgpu_gemm_sm100.TuningConfig(128, 256, 3)),
     "moe_fused": Variant("The whole path, fused: quantize -> fused GEMM1+SiLU·mul+"
                          "requantize -> GEMM2.", quantize=mgpu_quantize.QuantizeConfig(64),
                          fused=mgpu_fused.FusedConfig(64, 2), gemm2=tiles(128, 128, 3)),
@@ -114,26 +143,37 @@ def kernels(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = N
             made["requantize"] = (mgpu_quantize.make(e, m, n, variant.quantize, interpret),
                                   variant.quantize, _quantize_shapes(e, m, n))
     if variant.gemm1:
-        problem, config = _gemm_problem(e, m, 2 * n, k, variant.gemm1)
-        made["gemm1"] = (mgpu_gemm.make(problem, config, interpret), config,
-                         mgpu_gemm.arg_shapes(problem))
+        made["gemm1"] = _gemm(e, m, 2 * n, k, variant.gemm1, interpret)
     if variant.fused:
         made["fused"] = (mgpu_fused.make(e, m, n, k, variant.fused, interpret), variant.fused,
                          mgpu_fused.arg_shapes(e, m, n, k))
     if variant.gemm2:
-        problem, config = _gemm_problem(e, m, k, n, variant.gemm2)
-        made["gemm2"] = (mgpu_gemm.make(problem, config, interpret), config,
-                         mgpu_gemm.arg_shapes(problem))
+        made["gemm2"] = _gemm(e, m, k, n, variant.gemm2, interpret)
     return made
+
+
+def _gemm(e, m, n, k, config, interpret):
+    if isinstance(config, mgpu_gemm_sm100.TuningConfig):
+        if interpret is not None:
+            raise ValueError("no interpreter runs an sm_100a kernel (tcgen05, tensor memory)")
+        problem = mgpu_gemm_sm100.Problem(e, m, n, k)
+        return (mgpu_gemm_sm100.make(problem, config), config,
+                mgpu_gemm_sm100.arg_shapes(problem))
+    problem, config = _gemm_problem(e, m, n, k, config)
+    return mgpu_gemm.make(problem, config, interpret), config, mgpu_gemm.arg_shapes(problem)
 
 
 INPUTS = ("hidden_bf16", "masked_m", "a1_gs", "a2_gs", "alpha1", "alpha2", "a1_packed",
           "a1_scales", "a2_packed", "a2_scales", "w1_t", "w1_t_scales", "w1_f",
-          "w1_f_scales", "w2_t", "w2_t_scales")
+          "w1_f_scales", "w2_t", "w2_t_scales", "a1_scales_128x4", "a2_scales_128x4",
+          "w1_packed", "w1_scales_128x4", "w2_packed", "w2_scales_128x4")
 K_PAIR_MAJOR = "layouts.k_pair_major: codes [E, K/2, N], scales [E, K/16, N]"
 INPUT_NOTES = {"a1_scales": arguments.ROW_MAJOR, "a2_scales": arguments.ROW_MAJOR,
                **dict.fromkeys(("w1_t", "w1_t_scales", "w2_t", "w2_t_scales"), K_PAIR_MAJOR),
-               **dict.fromkeys(("w1_f", "w1_f_scales"), "layouts.fused_w1")}
+               **dict.fromkeys(("w1_f", "w1_f_scales"), "layouts.fused_w1"),
+               **dict.fromkeys(("a1_scales_128x4", "a2_scales_128x4", "w1_scales_128x4",
+                                "w2_scales_128x4"), "numerics.scale_atoms: the 128x4 layout's "
+                                                    "atoms [E, M/128, K/64, 32, 16]")}
 
 
 def input_shapes(e: int, m: int, k: int, n: int) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -143,8 +183,13 @@ def input_shapes(e: int, m: int, k: int, n: int) -> tuple[jax.ShapeDtypeStruct, 
         mgpu_gemm.Problem(e, m, 2 * n, k))
     _, _, w1_f, w1_f_scales, *_ = mgpu_fused.arg_shapes(e, m, n, k)
     a2, a2_scales, w2_t, w2_t_scales, *_ = mgpu_gemm.arg_shapes(mgpu_gemm.Problem(e, m, k, n))
+    _, a1_atoms, w1, w1_atoms, *_ = mgpu_gemm_sm100.arg_shapes(
+        mgpu_gemm_sm100.Problem(e, m, 2 * n, k))
+    _, a2_atoms, w2, w2_atoms, *_ = mgpu_gemm_sm100.arg_shapes(
+        mgpu_gemm_sm100.Problem(e, m, k, n))
     return (hidden, masked, gs, gs, alpha, alpha, a1, a1_scales, a2, a2_scales, w1_t,
-            w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales)
+            w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales, a1_atoms, a2_atoms, w1,
+            w1_atoms, w2, w2_atoms)
 
 
 def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = None):
@@ -153,7 +198,11 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
     run = {stage: fn for stage, (fn, _, _) in kernels(variant, e, m, k, n, interpret).items()}
 
     def path(hidden, masked, a1_gs, a2_gs, alpha1, alpha2, a1_packed, a1_scales,
-             a2_packed, a2_scales, w1_t, w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales):
+             a2_packed, a2_scales, w1_t, w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales,
+             a1_atoms, a2_atoms, w1, w1_atoms, w2, w2_atoms):
+        if variant.arch == "sm_100a":  # the reference's operands: K-major codes, 128x4 scales
+            w1_t, w1_t_scales, a1_scales = w1, w1_atoms, a1_atoms
+            w2_t, w2_t_scales, a2_scales = w2, w2_atoms, a2_atoms
         found = {}
         if variant.quantize:
             a1_packed, a1_scales = run["quantize"](hidden, a1_gs, masked)

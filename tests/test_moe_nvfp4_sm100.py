@@ -1,0 +1,153 @@
+"""Case 01's Blackwell (sm_100a) GEMMs: lowered on this host with their shared- and
+tensor-memory budgets and the MMA they issue, refused where they cannot run, and fed the
+128x4 scale atoms the tensor cores read. No interpreter runs them (tcgen05, tensor
+memory), so nothing here executes the kernel: what it computes is for a Blackwell GPU."""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+import kernels.moe_nvfp4 as case
+from casebook import config
+from kernels import contract, mgpu_interpret, mgpu_lowering
+from kernels.moe_nvfp4 import mgpu_gemm_sm100, numerics, port
+from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
+
+SPEC = config.load_case(config.load_global()["case_dir"], "moe_nvfp4")
+BLACKWELL = [name for name, v in port.VARIANTS.items() if v.arch == "sm_100a"]
+NVFP4_MMA = "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X"
+POINTS = [p for key in ("points", "build_only_points") for p in SPEC.get(key, [])]
+
+
+def test_the_case_ships_blackwell_variants():
+    assert set(BLACKWELL) == {"gemm1_sm100a_n128k256s3", "gemm2_sm100a_n128k256s3"}
+    assert set(BLACKWELL) <= {v["name"] for v in SPEC["variants"]}
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("variant", BLACKWELL)
+@pytest.mark.parametrize("point", POINTS, ids=[p["name"] for p in POINTS])
+def test_every_point_lowers_for_sm100a_within_its_budgets(variant, point):
+    (artifact,) = case.build(variant, point["params"])["artifacts"]
+    facts, chosen = artifact["facts"], port.VARIANTS[variant]
+    config_ = chosen.gemm1 or chosen.gemm2
+    assert artifact["target"] == "cuda sm_100a"
+    assert facts["tcgen05_mma"] == [NVFP4_MMA]  # native NVFP4: no decode, no bf16 MMA
+    # The accumulator's 128 columns and both scale tiles, rounded up to a power of two.
+    assert facts["tmem_columns"] == 256 and facts["tmem_limit_columns"] == 512
+    # Our count of its buffers, plus the word where tcgen05.alloc writes the address.
+    assert 0 < facts["dynamic_smem_bytes"] - mgpu_gemm_sm100.smem_bytes(config_) <= 16
+    assert facts["dynamic_smem_bytes"] <= SMEM_LIMIT_BYTES
+    e, m, hidden, inter = (point["params"][k] for k in ("experts", "m", "hidden", "inter"))
+    n = 2 * inter if chosen.gemm1 else hidden
+    assert sorted(facts["grid"]) == sorted([e, n // config_.block_n, m // 128])
+    assert facts["block"] == [128, 1, 1]
+
+
+@pytest.mark.compile
+def test_wider_tiles_fill_tensor_memory_and_deeper_rings_are_refused():
+    problem = mgpu_gemm_sm100.Problem(1, 128, 512, 512)
+    wide = mgpu_gemm_sm100.TuningConfig(256, 256, 2)
+    (launch,) = mgpu_lowering.lower_for_cuda(
+        mgpu_gemm_sm100.make(problem, wide), mgpu_gemm_sm100.arg_shapes(problem))["launches"]
+    assert launch["tmem_columns"] == 512
+    deep = mgpu_gemm_sm100.TuningConfig(128, 256, 6)
+    with pytest.raises(ValueError, match=r"TuningConfig\(block_n=128, block_k=256, stages=6\)"
+                                         r": 254056 bytes of shared memory exceed"):
+        mgpu_gemm_sm100.make(problem, deep)
+
+
+@pytest.mark.compile
+def test_a_kernel_over_the_tensor_memory_budget_fails_its_lowering():
+    def body(x_ref, out_ref, acc):
+        out_ref[...] = x_ref[...]
+
+    def lower(columns: int):
+        kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((128, 128), jnp.float32),
+                              scratch_types={"acc": plgpu.TMEM((128, columns), jnp.float32)})
+        return mgpu_lowering.lower_for_cuda(kernel, [jax.ShapeDtypeStruct((128, 128),
+                                                                          jnp.float32)])
+
+    assert lower(512)["launches"][0]["tmem_columns"] == 512
+    with pytest.raises(ValueError, match="1024 columns, exceeding the limit of 512"):
+        lower(1024)
+
+
+@pytest.mark.parametrize("bad", [{"block_n": 64}, {"block_k": 128}, {"stages": 1}])
+def test_a_configuration_the_kernel_cannot_tile_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        mgpu_gemm_sm100.TuningConfig(**{"block_n": 128, "block_k": 256, "stages": 3, **bad})
+
+
+def test_a_problem_the_tiles_do_not_divide_is_refused():
+    config_ = mgpu_gemm_sm100.TuningConfig()
+    with pytest.raises(ValueError, match="k=384 must be a multiple of block_k=256"):
+        mgpu_gemm_sm100.make(mgpu_gemm_sm100.Problem(1, 128, 128, 384), config_)
+    with pytest.raises(ValueError, match=r"\(m, n\)=\(64, 128\)"):
+        mgpu_gemm_sm100.make(mgpu_gemm_sm100.Problem(1, 64, 128, 256), config_)
+
+
+def test_a_variant_never_mixes_targets():
+    with pytest.raises(ValueError, match="sm_100a and sm_90a kernels mixed"):
+        port.Variant("mixed", gemm1=mgpu_gemm_sm100.TuningConfig(),
+                     gemm2=port.tiles(128, 128, 3))
+    assert port.VARIANTS["gemm1_m128n128s3"].arch == "sm_90a"
+
+
+def test_no_host_without_a_blackwell_gpu_runs_them(monkeypatch):
+    params = POINTS[0]["params"]
+    with pytest.raises(contract.NotRunnable, match="lowered only, never run"):
+        case.kernel(BLACKWELL[0], params, "check")
+    hopper = types.SimpleNamespace(platform="gpu", compute_capability="9.0",
+                                   device_kind="NVIDIA H200")
+    monkeypatch.setattr(jax, "devices", lambda: [hopper])
+    with pytest.raises(contract.NotRunnable, match=r"Blackwell \(sm_100a\).*H200.*9\.0"):
+        mgpu_interpret.placement("time", "sm_100a")
+    blackwell = types.SimpleNamespace(platform="gpu", compute_capability="10.0",
+                                      device_kind="NVIDIA B200")
+    monkeypatch.setattr(jax, "devices", lambda: [blackwell])
+    interpret, execution = mgpu_interpret.placement("time", "sm_100a")
+    assert interpret is None and "B200 (sm_100a)" in execution["mode"]
+    with pytest.raises(contract.NotRunnable, match=r"Hopper \(sm_90a\).*B200.*10\.0"):
+        mgpu_interpret.placement("check", "sm_90a")
+    with pytest.raises(ValueError, match="unknown architecture 'sm_120a'"):
+        mgpu_interpret.placement("check", "sm_120a")
+
+
+def test_the_scale_atoms_are_the_reference_128x4_layout(rng):
+    """What tcgen05.cp copies to tensor memory: byte (r, 4q + c) of atom (i, j) is the
+    scale of row 128i + 32q + r, K block 4j + c, zero past the edges (M not a multiple of
+    128 here, K/16 not of 4)."""
+    e, m, k_blocks = 2, 200, 6
+    scales = rng.integers(1, 256, (e, m, k_blocks), dtype=np.uint8)
+    atoms = numerics.scale_atoms(scales)
+    assert atoms.shape == (e, 2, 2, 32, 16)
+    i, j, r, q, c = np.meshgrid(*map(np.arange, (2, 2, 32, 4, 4)), indexing="ij")
+    row, block = 128 * i + 32 * q + r, 4 * j + c
+    inside = (row < m) & (block < k_blocks)
+    for x in range(e):
+        got = atoms[x][i, j, r, 4 * q + c]
+        assert np.array_equal(got[inside], scales[x][row[inside], block[inside]])
+        assert not got[~inside].any()
+    # The same bytes as the reference's flat layout, at its own offset formula.
+    flat = numerics.swizzle(scales)
+    rows, cols = np.meshgrid(np.arange(m), np.arange(k_blocks), indexing="ij")
+    offsets = numerics.swizzled_offset(rows, cols, k_blocks)
+    assert np.array_equal(atoms.reshape(e, -1)[:, offsets], flat[:, offsets])
+
+
+def test_the_case_inputs_give_the_blackwell_gemms_their_operands(rng):
+    params = POINTS[0]["params"]
+    given = case.make_inputs(params, rng)
+    for name in ("a1_scales", "a2_scales", "w1_scales", "w2_scales"):
+        assert np.array_equal(given[f"{name}_128x4"], numerics.scale_atoms(given[name]))
+    e, m, k, n = (params[x] for x in ("experts", "m", "hidden", "inter"))
+    shapes = dict(zip(port.INPUTS, port.input_shapes(e, m, k, n), strict=True))
+    for name in port.INPUTS:
+        assert given[name].shape == shapes[name].shape, name
