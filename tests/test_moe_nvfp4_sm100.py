@@ -16,7 +16,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 import kernels.moe_nvfp4 as case
 from casebook import config
 from kernels import contract, mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import mgpu_gemm_sm100, numerics, port
+from kernels.moe_nvfp4 import mgpu_gemm, mgpu_gemm_sm100, numerics, port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 
 SPEC = config.load_case(config.load_global()["case_dir"], "moe_nvfp4")
@@ -52,7 +52,7 @@ def test_every_point_lowers_for_sm100a_within_its_budgets(variant, point):
 
 @pytest.mark.compile
 def test_wider_tiles_fill_tensor_memory_and_deeper_rings_are_refused():
-    problem = mgpu_gemm_sm100.Problem(1, 128, 512, 512)
+    problem = mgpu_gemm.Problem(1, 128, 512, 512)
     wide = mgpu_gemm_sm100.TuningConfig(256, 256, 2)
     (launch,) = mgpu_lowering.lower_for_cuda(
         mgpu_gemm_sm100.make(problem, wide), mgpu_gemm_sm100.arg_shapes(problem))["launches"]
@@ -88,9 +88,9 @@ def test_a_configuration_the_kernel_cannot_tile_is_refused_by_name(bad):
 def test_a_problem_the_tiles_do_not_divide_is_refused():
     config_ = mgpu_gemm_sm100.TuningConfig()
     with pytest.raises(ValueError, match="k=384 must be a multiple of block_k=256"):
-        mgpu_gemm_sm100.make(mgpu_gemm_sm100.Problem(1, 128, 128, 384), config_)
+        mgpu_gemm_sm100.make(mgpu_gemm.Problem(1, 128, 128, 384), config_)
     with pytest.raises(ValueError, match=r"\(m, n\)=\(64, 128\)"):
-        mgpu_gemm_sm100.make(mgpu_gemm_sm100.Problem(1, 64, 128, 256), config_)
+        mgpu_gemm_sm100.make(mgpu_gemm.Problem(1, 64, 128, 256), config_)
 
 
 def test_a_variant_never_mixes_targets():

@@ -7,9 +7,10 @@ import logging
 import time
 
 import pytest
-import snakemake_logger_plugin_casebook as plugin
 from snakemake_interface_logger_plugins.common import LogEvent
 from snakemake_interface_logger_plugins.tests import MockOutputSettings, TestLogHandlerBase
+
+import snakemake_logger_plugin_casebook as plugin
 
 
 def record(event: LogEvent, **extra) -> logging.LogRecord:

@@ -36,6 +36,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_lowering
 from kernels.moe_nvfp4 import arguments
+from kernels.moe_nvfp4.mgpu_gemm import Problem
 
 # sm_100's opt-in dynamic shared memory per block is Hopper's, 227 KiB.
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES, store_valid_rows
@@ -65,21 +66,13 @@ class TuningConfig:
             raise ValueError(f"{self.stages=} must be in [2, 6]")
 
 
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """Experts, rows per expert (capacity), output columns, reduction length."""
-
-    experts: int
-    m: int
-    n: int
-    k: int
-
-    def check(self, config: TuningConfig) -> None:
-        if self.k % config.block_k:
-            raise ValueError(f"k={self.k} must be a multiple of block_k={config.block_k}")
-        if self.m % BLOCK_M or self.n % config.block_n:
-            raise ValueError(f"(m, n)=({self.m}, {self.n}) must be multiples of "
-                             f"({BLOCK_M}, {config.block_n})")
+def check(problem: Problem, config: TuningConfig) -> None:
+    """Refuse a problem whose sizes the configuration's tiles do not divide."""
+    if problem.k % config.block_k:
+        raise ValueError(f"k={problem.k} must be a multiple of block_k={config.block_k}")
+    if problem.m % BLOCK_M or problem.n % config.block_n:
+        raise ValueError(f"(m, n)=({problem.m}, {problem.n}) must be multiples of "
+                         f"({BLOCK_M}, {config.block_n})")
 
 
 def _codes(shape) -> plgpu.SMEM:
@@ -120,7 +113,7 @@ def smem_bytes(config: TuningConfig) -> int:
 def make(problem: Problem, config: TuningConfig):
     """``f(a, a_scales, b, b_scales, alpha, masked_m) -> out [E, M, N] bf16`` (uint8 codes
     and scale bytes in, as the case holds them)."""
-    problem.check(config)
+    check(problem, config)
     used = smem_bytes(config)
     if used > SMEM_LIMIT_BYTES:
         raise ValueError(f"{config}: {used} bytes of shared memory exceed the "

@@ -156,7 +156,7 @@ def _gemm(e, m, n, k, config, interpret):
     if isinstance(config, mgpu_gemm_sm100.TuningConfig):
         if interpret is not None:
             raise ValueError("no interpreter runs an sm_100a kernel (tcgen05, tensor memory)")
-        problem = mgpu_gemm_sm100.Problem(e, m, n, k)
+        problem = mgpu_gemm.Problem(e, m, n, k)
         return (mgpu_gemm_sm100.make(problem, config), config,
                 mgpu_gemm_sm100.arg_shapes(problem))
     problem, config = _gemm_problem(e, m, n, k, config)
@@ -184,9 +184,9 @@ def input_shapes(e: int, m: int, k: int, n: int) -> tuple[jax.ShapeDtypeStruct, 
     _, _, w1_f, w1_f_scales, *_ = mgpu_fused.arg_shapes(e, m, n, k)
     a2, a2_scales, w2_t, w2_t_scales, *_ = mgpu_gemm.arg_shapes(mgpu_gemm.Problem(e, m, k, n))
     _, a1_atoms, w1, w1_atoms, *_ = mgpu_gemm_sm100.arg_shapes(
-        mgpu_gemm_sm100.Problem(e, m, 2 * n, k))
+        mgpu_gemm.Problem(e, m, 2 * n, k))
     _, a2_atoms, w2, w2_atoms, *_ = mgpu_gemm_sm100.arg_shapes(
-        mgpu_gemm_sm100.Problem(e, m, k, n))
+        mgpu_gemm.Problem(e, m, k, n))
     return (hidden, masked, gs, gs, alpha, alpha, a1, a1_scales, a2, a2_scales, w1_t,
             w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales, a1_atoms, a2_atoms, w1,
             w1_atoms, w2, w2_atoms)
