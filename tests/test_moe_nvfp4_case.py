@@ -55,7 +55,10 @@ def test_baselines_answer_the_dense_oracle(rng, name):
     assert result["passed"], result
 
 
-RUNS = [(name, "check") for name in port.VARIANTS] + [("moe_fused", "time")]
+# The interpreter runs the Hopper variants; the Blackwell ones only lower
+# (tests/test_moe_nvfp4_sm100.py).
+RUNS = [(name, "check") for name, v in port.VARIANTS.items() if v.arch == "sm_90a"] + [
+    ("moe_fused", "time")]
 
 
 @pytest.mark.timeout(300)

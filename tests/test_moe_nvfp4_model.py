@@ -149,10 +149,20 @@ def test_moe_stages_chain_and_respect_masked_m():
     valid = oracle_f64.valid_rows(masked, m)
     assert got["out"].shape == (e, m, k) and np.isnan(got["out"][~valid]).all()
     np.testing.assert_array_equal(got["act"][~valid], 0)
-    # The quantized path stays close to the unquantized one on valid rows.
-    dense = np.einsum("emn,ekn->emk", oracle_f64.silu_mul(h_ref), numerics.dequantize(*w2))
-    err = np.abs(got["out"] - dense)[valid].max() / np.abs(dense[valid]).max()
-    assert err < 0.3, err
+    # The quantized path is the unquantized one within what its two quantizations allow:
+    # each element moves by at most one e2m1 code unit times its block scale over gs
+    # (half the widest code gap), which GEMM1, SiLU·mul and GEMM2 carry forward.
+    def code_unit(scales, gs):
+        return np.repeat(numerics.e4m3_value(scales), numerics.BLOCK, axis=-1) / gs[
+            :, None, None]
+
+    w1_abs, w2 = np.abs(numerics.dequantize(*w1)), numerics.dequantize(*w2)
+    h_error = np.einsum("emk,enk->emn", code_unit(got["a1_scales"], a1_gs), w1_abs)
+    act_error = (oracle_f64.silu_mul_error(h_ref, h_error)
+                 + code_unit(got["a2_scales"], a2_gs))
+    dense = np.einsum("emn,ekn->emk", oracle_f64.silu_mul(h_ref), w2)
+    bound = np.einsum("emn,ekn->emk", act_error, np.abs(w2)) * (1 + 1e-9)
+    assert np.all(np.abs(got["out"] - dense)[valid] <= bound[valid])
 
 
 @pytest.mark.parametrize("shape", [(1, 128, 64), (2, 200, 48)])
