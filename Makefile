@@ -9,8 +9,9 @@
 #                         compiler, workflow run, cluster, browser or GPU (pytest markers)
 #   make env [LOCK=cuda]  just the environment (LOCK defaults to cuda where nvidia-smi
 #                         sees a GPU, else cpu)
-#   make bench            CPU calibration and efficiency benchmarks of the measurement
-#                         engine, and the 40-example fuzz of the splash attention port in
+#   make bench            CPU calibration (comparisons measured interleaved, as the
+#                         compare stage makes them), efficiency and rerun-coverage
+#                         benchmarks of the measurement engine, and the 40-example fuzz of the splash attention port in
 #                         the Mosaic GPU interpreter, and the draws of case 01's
 #                         kernels (exact GEMMs, every variant), and the timer guards beside a
 #                         CPU burner (a few minutes); results in
@@ -49,7 +50,8 @@ IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$P
 # on one core (jax 0.11.2's Mosaic GPU layout inference takes 50 s for each of the fused MoE
 # kernel's two lowerings); `timeout` stops a hang.
 REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
-	tests/test_capture.py tests/test_measure_engine.py tests/test_grouped_gemm_aot.py \
+	tests/test_capture.py tests/test_measure_engine.py tests/test_measure_interleaved.py \
+	tests/test_compare.py tests/test_grouped_gemm_aot.py \
 	tests/test_grouped_gemm_numerics.py tests/test_mgpu_forward.py tests/test_mgpu_backward.py \
 	tests/test_splash_case.py tests/test_moe_nvfp4_gemm.py tests/test_moe_nvfp4_quantize.py \
 	tests/test_moe_nvfp4_fused.py tests/test_moe_nvfp4_entries.py tests/test_check_power.py \

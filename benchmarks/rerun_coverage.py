@@ -8,7 +8,8 @@ compared: ``before`` (one repeat, not pinned, no floor: the engine as it was) an
 runs them, each interval widened to the floor this protocol measured first, as a time
 job widens it to its host's recorded floor).
 
-- noise floor: the ``noise_floor`` stage's A/A protocol, ``--floors`` reruns per protocol;
+- noise floor: the ``noise_floor`` stage's A/A protocols (separate measurements, and
+  A and A' interleaved in one: the paired floor), ``--floors`` reruns per protocol;
 - coverage: ``--runs`` independent measurements per protocol and workload; the share of
   ordered pairs (i, j), i ≠ j, whose median j lies inside interval i. The target is
   ≥ 95%: a record's interval then says where a rerun lands.
@@ -51,8 +52,13 @@ def one(kind: str, measurement: dict[str, Any], workload: str, floor: float | No
     if kind == "floor":
         began = time.perf_counter()
         result = timing.a_a_floor(measurement)
+        paired = result["paired"]
         return {"noise_floor": result["noise_floor"], "median_s": result["median_s"],
                 "ratios_min": min(result["ratios"]), "ratios_max": max(result["ratios"]),
+                "paired_floor": paired["noise_floor"],
+                "paired_ratios_min": min(paired["ratios"]),
+                "paired_ratios_max": max(paired["ratios"]),
+                "paired_samples_per_series": paired["samples_per_series"],
                 "wall_s": time.perf_counter() - began}
     settings = timing.settings_of(measurement)
     work = noise.matmul_workload(256) if workload.startswith("jax") else repeated_matmul(20)
@@ -90,7 +96,8 @@ def main() -> None:
     for name, measurement in result["protocols"].items():
         floors = [fresh("floor", measurement) for _ in range(args.floors)]
         result["floors"][name] = floors
-        print(name, "noise floors", [f"±{f['noise_floor']:.1%}" for f in floors])
+        print(name, "noise floors", [f"±{f['noise_floor']:.1%}" for f in floors],
+              "paired", [f"±{f['paired_floor']:.1%}" for f in floors])
         applied = floors[0]["noise_floor"] if name == "config" else None
         for workload in WORKLOADS:
             runs = [fresh("measure", measurement, workload, applied)

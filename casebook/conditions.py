@@ -179,12 +179,18 @@ def floor_line(nf: dict[str, Any] | None) -> str:
     if nf is None:
         return ("Noise floor: none recorded for this host, so no speedup is printed "
                 "(verdicts only)")
-    return (f"Noise floor: ±{nf['noise_floor']:.1%} — the minimum detectable effect on this "
-            f"host ({nf['quantile']:.0%} quantile of |ln A/A′| over {nf['rounds']} "
-            f"interleaved A/A rounds of a {nf['workload']}, {seconds(nf['median_s'])} per "
-            f"call, {nf['repeats']} repeats per measurement, {nf['clock_kind']} clock, "
+    paired = nf["paired"]
+    return (f"Noise floor: ±{nf['noise_floor']:.1%} between separate measurements — the "
+            f"minimum detectable effect of two records made apart, and where a rerun lands "
+            f"({nf['quantile']:.0%} quantile of |ln A/A′| over {nf['rounds']} A/A rounds, "
+            f"one measurement after the other, of a {nf['workload']}, "
+            f"{seconds(nf['median_s'])} per call, {nf['repeats']} repeats per measurement, "
+            f"{nf['clock_kind']} clock, "
             + ("not pinned" if nf["pinned_cpu"] is None else f"pinned to CPU {nf['pinned_cpu']}")
-            + ")")
+            + f"); ±{paired['noise_floor']:.1%} between two workloads measured interleaved, "
+            f"sample by sample in one measurement (the same quantile over "
+            f"{paired['rounds']} such A/A measurements, {paired['samples_per_series']} "
+            f"samples of each): the host's drift cancels in their ratio")
 
 
 def measurement(ev: Evidence) -> list[str]:
@@ -211,42 +217,42 @@ def measurement(ev: Evidence) -> list[str]:
     return lines
 
 
-def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
-    """The named outputs a kernel or baseline was checked on (what it computes)."""
-    return frozenset(name for check in checks for name in check.get("outputs", {}))
-
-
 def comparisons(ev: Evidence) -> dict[tuple[str, str, str], stats.Comparison]:
-    """(variant, baseline, point) -> speedup of the variant over the baseline, judged
-    against the host's noise floor. Only like is compared with like: a variant and a
-    baseline that compute the same outputs (a backward pass is not set against a
-    forward-only baseline)."""
-    floor = ev.noise_floor["noise_floor"] if ev.noise_floor else None
+    """(variant, baseline, point) -> speedup of the variant over the baseline from the
+    point's compare record: both measured interleaved in one job, the median of the
+    per-round ratios judged against the host's paired floor. Only like is compared with
+    like (``timing.comparable``)."""
     out = {}
-    for (variant, point), record in ev.time.items():
-        checked = ev.verify.get((variant, point))
-        if not record["timed"] or checked is None:
-            continue
-        computes = _outputs(checked["checks"])
-        for (name, bpoint), base in ev.baselines.items():
-            if bpoint == point and base["timed"] and _outputs([base["check"]]) == computes:
-                out[variant, name, point] = stats.compare(
-                    ev.time_samples(variant, point), ev.baseline_samples(name, point),
-                    record["measurement"]["confidence"], floor)
+    for point, record in ev.compare.items():
+        for pair in record["pairs"]:
+            if "why_not" not in pair:
+                out[pair["variant"], pair["baseline"], point] = stats.Comparison(
+                    pair["speedup"], pair["speedup_ci_low"], pair["speedup_ci_high"],
+                    pair["noise_floor"], pair["verdict"], pair["design"])
     return out
+
+
+def not_compared(ev: Evidence) -> dict[tuple[str, str, str], str]:
+    """(variant, baseline, point) -> why a pair computing the same outputs was not
+    compared."""
+    return {(pair["variant"], pair["baseline"], point): pair["why_not"]
+            for point, record in ev.compare.items() for pair in record["pairs"]
+            if "why_not" in pair}
 
 
 def comparison_text(c: stats.Comparison) -> str:
     """A speedup with its interval only when the interval clears the floor; else why not."""
+    how = ("median of the per-round ratios of the two measured interleaved, and its "
+           "order-statistic interval" if c.design == "paired"
+           else "bootstrap interval of the ratio of medians")
+    band = f"the ±{c.floor:.1%} {'paired ' if c.design == 'paired' else ''}noise floor"
     if c.printable:
-        return (f"{c.verdict}: {c.speedup:.3g}× [{c.low:.3g}, {c.high:.3g}] (bootstrap "
-                f"interval of the ratio of medians, clear of the ±{c.floor:.1%} floor)")
+        return f"{c.verdict}: {c.speedup:.3g}× [{c.low:.3g}, {c.high:.3g}] ({how}, clear of {band})"
     if c.floor is None:
         return f"{c.verdict} (no noise floor recorded for this host: no speedup printed)"
     if c.verdict == stats.SAME:
-        return f"SAME (the whole interval lies inside the ±{c.floor:.1%} noise floor)"
-    return (f"{c.verdict} (the interval reaches inside the ±{c.floor:.1%} noise floor: no "
-            f"speedup printed)")
+        return f"SAME (the whole interval lies inside {band})"
+    return f"{c.verdict} (the interval reaches inside {band}: no speedup printed)"
 
 
 def baseline(ev: Evidence) -> list[str]:
@@ -259,6 +265,8 @@ def baseline(ev: Evidence) -> list[str]:
         lines.append(f"{name} @ {point}: {_measured_or_why(record)}")
     for (variant, name, point), c in comparisons(ev).items():
         lines.append(f"{variant} against {name} @ {point}: {comparison_text(c)}")
+    for (variant, name, point), why in not_compared(ev).items():
+        lines.append(f"{variant} against {name} @ {point}: {why}")
     lines.append(floor_text(ev))
     return lines
 

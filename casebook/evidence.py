@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from casebook import check_power, paths, provenance, records
-from casebook.measure import table
 
 
 def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
@@ -41,6 +40,8 @@ class Evidence:
         default_factory=dict)
     # point -> the check_power record: verify's check run on near-miss mutants.
     check_power: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # point -> the compare record: its variants and baselines measured interleaved.
+    compare: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # (variant, point) of a verification, (variant, None) of a build -> the hash its record
     # would carry if made now (provenance.job_sha256).
     current_sha256: dict[tuple[str, str | None], str] = dataclasses.field(
@@ -76,14 +77,6 @@ class Evidence:
         made = {**{(v, None): r for v, r in self.builds.items()}, **self.verify}
         return any(made[key]["sources_sha256"] != want
                    for key, want in self.current_sha256.items() if key in made)
-
-    def time_samples(self, variant: str, point: str) -> list[float]:
-        return table.kept_seconds(paths.samples_table(
-            paths.time_record(self.target, self.case, variant, point)))
-
-    def baseline_samples(self, baseline: str, point: str) -> list[float]:
-        return table.kept_seconds(paths.samples_table(
-            paths.baseline_record(self.target, self.case, baseline, point)))
 
     def power(self, variant: str, point: str) -> dict[str, Any] | None:
         """The check's power for what ``variant`` computes at ``point`` (the outputs its
@@ -170,6 +163,9 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
         check_power={p["name"]: r for p in spec["points"]
                      if (r := read(paths.check_power_record(target, case, p["name"]),
                                    "check_power")) is not None},
+        compare={p["name"]: r for p in spec["points"]
+                 if (r := read(paths.compare_record(target, case, p["name"]), "compare"))
+                 is not None},
         sources=sources,
         kernel_sources_sha256=provenance.kernel_sources_sha256(case),
         current_sha256={

@@ -139,15 +139,17 @@ def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
     ax.set_yscale("log")
     ax.set_ylabel("median time per call (ms), 95% CI")
     ax.legend(fontsize=7)
-    floor = (f"noise floor ±{ev.noise_floor['noise_floor']:.1%} (A/A)" if ev.noise_floor
+    floor = (f"A/A noise floor ±{ev.noise_floor['noise_floor']:.1%} apart, "
+             f"±{ev.noise_floor['paired']['noise_floor']:.1%} interleaved" if ev.noise_floor
              else "no noise floor recorded")
     made = [r for (_, p), r in (*ev.time.items(), *ev.baselines.items())
             if p in points and r["timed"]]
     ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev, made)} · {floor}")
     _save(fig, path)
-    verdicts = "; ".join(f"{variant} against {name} @ {point}: "
-                         f"{conditions.comparison_text(c)}"
-                         for (variant, name, point), c in conditions.comparisons(ev).items())
+    said = {key: conditions.comparison_text(c) for key, c in conditions.comparisons(ev).items()}
+    said.update(conditions.not_compared(ev))
+    verdicts = "; ".join(f"{variant} against {name} @ {point}: {text}"
+                         for (variant, name, point), text in said.items())
     return {"title": "Time per call, kernel and baselines",
             "caption": "Median of the samples with its distribution-free confidence "
                        "interval; only points that passed verification are shown. "

@@ -42,7 +42,9 @@ def measurement_rules() -> dict[str, str]:
                 stats.summarize, stats.median_interval, stats.rerun_interval,
                 stats.floor_interval)),
             "pinning": doc(pinning),
-            "comparison": doc(stats.compare)}
+            "comparison": "\n\n".join(f"{f.__name__}: {doc(f)}" for f in (
+                engine.measure_interleaved, stats.paired_ratio, stats.compare_paired,
+                stats.verdict))}
 
 
 def tolerance_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ one results folder per machine::
     results/<target>/<case>/time/<variant>/<point>.json        measurement
     results/<target>/<case>/time/<variant>/<point>.samples.csv raw samples
     results/<target>/<case>/baseline/<baseline>/<point>.json   baseline measurement
+    results/<target>/<case>/compare/<point>.json (+ .samples.csv) kernels against
+                                                               baselines, interleaved
     results/<target>/<case>/tiles/<variant>/<point>.json       autotune: one point's pick
     results/<target>/<case>/tiles/<variant>/<point>.samples/   ... each candidate's samples
     results/<target>/<case>/tiles.yaml                         the target's tile table
@@ -136,9 +138,24 @@ def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/baseline/{baseline}/{point}.json"
 
 
+def compare_record(target: str, case: str, point: str) -> str:
+    """The point's variants and baselines measured interleaved, and their paired ratios."""
+    return f"{RESULTS}/{target}/{case}/compare/{point}.json"
+
+
+def point_records(spec: dict, target: str, point: str) -> dict[str, dict[str, str]]:
+    """The time, verify and baseline records of one point, by kind and name: what the
+    point's comparison reads."""
+    case, variants = spec["name"], [v["name"] for v in spec["variants"]]
+    return {"time": {v: time_record(target, case, v, point) for v in variants},
+            "verify": {v: verify_record(target, case, v, point) for v in variants},
+            "baseline": {b["name"]: baseline_record(target, case, b["name"], point)
+                         for b in spec["baselines"]}}
+
+
 def case_records(spec: dict, target: str) -> list[str]:
     """Every record ``target`` produces for the case of config ``spec``: the noise floor,
-    then its builds, check power, verifications, times and baselines."""
+    then its builds, check power, verifications, times, baselines and comparisons."""
     case = spec["name"]
     out = [noise_floor_record(target)]
     out += [build_record(target, case, v["name"]) for v in spec["variants"]]
@@ -148,6 +165,7 @@ def case_records(spec: dict, target: str) -> list[str]:
             out += [verify_record(target, case, v["name"], p["name"]),
                     time_record(target, case, v["name"], p["name"])]
         out += [baseline_record(target, case, b["name"], p["name"]) for b in spec["baselines"]]
+        out.append(compare_record(target, case, p["name"]))
     return out
 
 
@@ -165,6 +183,7 @@ def case_products(spec: dict, target: str) -> list[str]:
     baselines = [b["name"] for b in spec["baselines"]]
     measured = [time_record(target, case, v, p) for v in variants for p in points]
     measured += [baseline_record(target, case, b, p) for b in baselines for p in points]
+    measured += [compare_record(target, case, p) for p in points]
     return [*case_records(spec, target), *map(samples_table, measured),
             *(f for v in variants for f in lowering_records(spec, target, v))]
 

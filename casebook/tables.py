@@ -103,6 +103,9 @@ def comparisons(ev: Evidence) -> str:
     rows = [{"kernel": variant, "baseline": name, "point": point, "verdict": c.verdict,
              "baseline / kernel": conditions.comparison_text(c)}
             for (variant, name, point), c in conditions.comparisons(ev).items()]
+    rows += [{"kernel": variant, "baseline": name, "point": point, "verdict": "—",
+              "baseline / kernel": why}
+             for (variant, name, point), why in conditions.not_compared(ev).items()]
     return _html(rows, [False] * len(rows), f"compare-{ev.target}")
 
 

@@ -1,4 +1,5 @@
-"""Stages 5 and 6: time the verified kernel, and the baselines, at one point.
+"""Stages 5 and 6: time the verified kernel, and the baselines, at one point; then
+compare them, measured interleaved.
 
 A point whose verification failed, or that could not run on this host, is never
 timed: its time record says so instead. Baselines are checked against the same oracle
@@ -12,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, paths, records, stage, verify
+from casebook import config, evidence, paths, records, stage, verify
 from casebook.errors import CasebookError
-from casebook.measure import engine, guards, noise, pinning, table
+from casebook.measure import engine, guards, noise, pinning, stats, table
 from kernels import contract
 from kernels.contract import Runnable
 
@@ -120,18 +121,140 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
                            host_floor(floor_path))})
 
 
+def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
+    """The named outputs a kernel or baseline was checked on (what it computes)."""
+    return frozenset(name for check in checks for name in check.get("outputs", {}))
+
+
+def comparable(times: dict[str, dict[str, Any]], verified: dict[str, dict[str, Any]],
+               baselines: dict[str, dict[str, Any]], gpus: list[Any]
+               ) -> list[dict[str, Any]]:
+    """The (variant, baseline) pairs of one point worth a comparison, from their records:
+    both timed, computing the same outputs (a backward pass is not set against a
+    forward-only baseline). A pair that ran as different kinds of execution (an
+    interpreted kernel against XLA on the host) is listed with ``why_not``: their host
+    times are not one kind of speed."""
+    pairs = []
+    for variant, record in times.items():
+        if not record["timed"]:
+            continue
+        computes = _outputs(verified[variant]["checks"])
+        for name, base in baselines.items():
+            if not base["timed"] or _outputs([base["check"]]) != computes:
+                continue
+            kinds = (evidence.subject(record["execution"], gpus),
+                     evidence.subject(base["execution"], gpus))
+            pairs.append({"variant": variant, "baseline": name, **(
+                {} if kinds[0] == kinds[1] else {
+                    "why_not": f"not compared: {variant} ran as {kinds[0]}, {name} as "
+                               f"{kinds[1]}; their host times are not one kind of speed"})})
+    return pairs
+
+
+@dataclasses.dataclass(frozen=True)
+class PointComparison:
+    """One point's comparable pairs (``comparable``), read from its records."""
+
+    case_dir: str
+    case: str
+    point: str
+    target: str
+    pairs: list[dict[str, Any]]
+    times: dict[str, dict[str, Any]]
+
+    @property
+    def interpreted(self) -> bool:
+        """Whether an interpret-mode kernel is among those to measure (never pinned)."""
+        return any(self.times[p["variant"]]["execution"]["interpret"]
+                   for p in self.pairs if "why_not" not in p)
+
+
+def point_to_compare(case_dir: str, case: str, point: str, target: str) -> PointComparison:
+    """The point's time, verify and baseline records and the pairs they make."""
+    found = paths.point_records(config.load_case(case_dir, case), target, point)
+    read = {kind: {name: records.read(path, kind) for name, path in named.items()}
+            for kind, named in found.items()}
+    gpus = records.read(paths.host_record(target), "host")["gpus"]
+    return PointComparison(case_dir, case, point, target,
+                           comparable(read["time"], read["verify"], read["baseline"], gpus),
+                           read["time"])
+
+
+def compare_point(compared: PointComparison, settings: dict[str, Any], floor_path: str,
+                  out: str, samples_path: str) -> dict[str, Any]:
+    """Stage: every comparable pair of the point, its variants and baselines measured
+    interleaved in one measurement, each pair's speedup the median of its per-round
+    ratios, judged against the host's paired floor."""
+    case_dir, case, target, point = (compared.case_dir, compared.case, compared.target,
+                                     compared.point)
+    pairs = [dict(p) for p in compared.pairs]
+    job = stage.load(case_dir, case, target, point)
+    measured = [p for p in pairs if "why_not" not in p]
+    floor = records.read(floor_path, "noise_floor")["paired"]["noise_floor"]
+    body: dict[str, Any] = {"target": target, "case": case, "point": point,
+                            "params": job.params, "paired_floor": floor}
+    if not measured:
+        table.write_interleaved(samples_path, {})
+        return records.write(out, "compare", {**body, "measured": False, "pairs": pairs})
+    plugin, workloads = job.plugin, {}
+    for name in dict.fromkeys(p["variant"] for p in measured):
+        tuned = stage.load(case_dir, case, target, point, name).tuned
+        workloads[f"variant {name}"] = engine.Workload(
+            plugin.kernel(name, tuned, "time", build_dir=job.build_dir),
+            lambda rng, tuned=tuned: plugin.make_inputs(tuned, rng))
+    for name in dict.fromkeys(p["baseline"] for p in measured):
+        workloads[f"baseline {name}"] = engine.Workload(
+            plugin.baseline(name, job.params, build_dir=job.build_dir),
+            lambda rng: plugin.make_inputs(job.params, rng))
+    # An interpreted kernel is only compared with another (``comparable``), so the first
+    # workload's settings are every workload's.
+    engine_settings = settings_for(next(iter(workloads.values())).runnable, settings)
+    seed = verify.draw_seed()
+    body.update(seed=seed)
+    try:
+        result = engine.measure_interleaved(workloads, engine_settings,
+                                            job.spec["measurement"]["cache"], seed,
+                                            engine.Devices.find())
+    except guards.Unmeasurable as error:
+        table.write_interleaved(samples_path, {})
+        why = f"{records.REFUSED}: {error}"
+        return records.write(out, "compare", {
+            **body, "measured": False, "not_measured_reason": why,
+            "pairs": [{**p, "why_not": p.get("why_not", why)} for p in pairs]})
+    table.write_interleaved(samples_path, {name: m.rows for name, m in result.items()})
+    for p in measured:
+        candidate = result[f"variant {p['variant']}"].kept_by_round
+        reference = result[f"baseline {p['baseline']}"].kept_by_round
+        cand, ref = stats.paired_rounds(candidate, reference)
+        p.update(rounds=len(cand), **stats.compare_paired(
+            cand, ref, engine_settings.confidence, floor).as_dict())
+    return records.write(out, "compare", {
+        **body, "measured": True, "pairs": pairs, "samples_file": samples_path,
+        "measurement": {name: m.summary(engine_settings.confidence)
+                        for name, m in result.items()}})
+
+
 def a_a_floor(measurement: dict[str, Any]) -> dict[str, Any]:
-    """The A/A protocol of ``measurement.noise_floor``, measured with the time stages'
-    settings."""
+    """The A/A protocols of ``measurement.noise_floor``, measured with the time stages'
+    settings: separate measurements (the record's ``noise_floor``) and interleaved ones
+    (``paired``)."""
     settings = settings_of(measurement)
     spec = measurement["noise_floor"]
-    workload = noise.matmul_workload(spec["size"])
     devices = engine.Devices.find()
+    workload = noise.matmul_workload(spec["size"])
+    twin = noise.matmul_workload(spec["size"])  # A': the same computation, its own inputs
 
     def one(seed: int) -> engine.Measurement:
         return engine.measure(workload, settings, spec["cache"], seed, devices)
 
-    return noise.a_a(one, spec["rounds"], spec["quantile"])
+    def pair(seed: int) -> dict[str, engine.Measurement]:
+        # Seeds apart from the separate protocol's, so no two series share inputs.
+        return engine.measure_interleaved({"A": workload, "A'": twin}, settings,
+                                          spec["cache"], 2 * spec["rounds"] + 2 * seed,
+                                          devices)
+
+    return {**noise.a_a(one, spec["rounds"], spec["quantile"]),
+            "paired": noise.a_a_paired(pair, spec["rounds"], spec["quantile"])}
 
 
 def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str, Any]:

@@ -33,9 +33,9 @@ def _refused(path: str, kind: str) -> bool:
 
 
 def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, list[str]]:
-    """target/case/variant/point of each failed verification, and of each kernel or
-    baseline measurement a guard refused, in the records of ``targets``; each case whose
-    page failed to render, with the error."""
+    """target/case/variant/point of each failed verification, and of each kernel,
+    baseline or interleaved comparison measurement a guard refused, in the records of
+    ``targets``; each case whose page failed to render, with the error."""
     failed, refused = [], []
     for target in targets:
         for case, spec in specs.items():
@@ -51,6 +51,10 @@ def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, 
                 for name in (b["name"] for b in spec["baselines"]):
                     if _refused(paths.baseline_record(target, case, name, point), "baseline"):
                         refused.append(f"{target}/{case}/baseline {name}/{point}")
+                compared = _read(paths.compare_record(target, case, point), "compare")
+                if compared and compared.get("not_measured_reason", "").startswith(
+                        records.REFUSED):
+                    refused.append(f"{target}/{case}/compare/{point}")
     pages = [f"{case} ({page['error']})" for case in specs
              if (page := _read(paths.page_status(case), "page")) and not page["ok"]]
     return {"failed": failed, "refused": refused, "pages": pages}

@@ -337,7 +337,9 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
         "target": "h200", "workload": "test", "stop_criterion": "fixed_count",
         "stop_target": 0.01, "rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.1, 0.9, 1.0],
         "median_s": 1e-3, "noise_floor": 0.25, "clock": "host", "clock_kind": "host",
-        "cache": {"mode": "hot", "description": "test"}, "repeats": 1, "pinned_cpu": None})
+        "cache": {"mode": "hot", "description": "test"}, "repeats": 1, "pinned_cpu": None,
+        "paired": {"rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.01, 0.99, 1.0],
+                   "median_s": 1e-3, "samples_per_series": 10, "noise_floor": 0.01}})
     timed = timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
                                point["name"], "h200", MEASUREMENT, "verify.json", "floor.json",
                                "time.json", "time.samples.csv")

@@ -106,9 +106,24 @@ def test_median_precision_needs_more_samples_when_noisier(rng):
     assert n_quiet < n_loud and "median precision" in loud.reason
 
 
-def test_noise_floor_is_a_quantile_of_log_ratios():
+def test_noise_floor_is_a_prediction_bound_of_log_ratios():
+    # k = ceil(q·(n+1)): 3 of 4 at 0.5, the largest at 0.9 (and past n, still the largest).
     assert noise.floor_from_ratios([1.0, 1.0, 1.0, 1.1], 0.5) == pytest.approx(0.0)
-    assert noise.floor_from_ratios([1 / 1.1, 1.1, 1.1, 1.1], 0.9) == pytest.approx(0.1)
+    assert noise.floor_from_ratios([1.0, 1.2, 1.0, 1.1], 0.5) == pytest.approx(0.1)
+    assert noise.floor_from_ratios([1 / 1.1, 1.0, 1.0, 1.05], 0.9) == pytest.approx(0.1)
+    ratios = [1.0 + i / 100 for i in range(1, 21)]
+    assert noise.floor_from_ratios(ratios, 0.95) == pytest.approx(0.20)
+    assert noise.floor_from_ratios(ratios, 0.9) == pytest.approx(0.19)
+
+
+def test_noise_floor_holds_a_further_ratio_with_its_quantile(rng):
+    """Over many hosts' worth of 20 A/A rounds, a 21st ratio lands inside the floor in at
+    least 95% of them (the interpolated quantile gave about 90%)."""
+    trials, inside = 4000, 0
+    for _ in range(trials):
+        ratios = rng.lognormal(0, 0.05, 21)
+        inside += abs(np.log(ratios[-1])) <= np.log1p(noise.floor_from_ratios(ratios[:20], 0.95))
+    assert inside / trials >= 0.94  # k/(n+1) = 20/21 = 95.2%, less binomial noise
     with pytest.raises(ValueError, match="rounds"):
         noise.a_a(lambda seed: None, rounds=2, quantile=0.95)
 

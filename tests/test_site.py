@@ -8,12 +8,13 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from casebook import conditions, config, methods, paths, site, status, tables
+from casebook import conditions, config, methods, paths, site, status, tables, timing
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence
-from casebook.measure import stats, table
+from casebook.measure import stats
 
 CPU = {"model": "Test CPU", "usable_cores": 2}
 H200 = {"name": "NVIDIA H200"}
@@ -47,17 +48,23 @@ def evidence(interpret: bool, gpus: list[dict], kernel_s: float, baseline_s: flo
         sources=[], kernel_sources_sha256="s", noise_floor=None, check_power={"p": power})
 
 
-def write_samples(ev: Evidence, rng, spread: float = 0.01) -> None:
-    """Raw samples around each record's median, where the comparison reads them."""
-    for path, record in [
-            *((paths.time_record(ev.target, ev.case, v, p), r) for (v, p), r in ev.time.items()),
-            *((paths.baseline_record(ev.target, ev.case, b, p), r)
-              for (b, p), r in ev.baselines.items())]:
-        median = record["measurement"]["median_s"]
-        seconds = median * (1 + spread * rng.standard_normal(40))
-        table.write(paths.samples_table(path), [
-            {c: None for c in table.COLUMNS} | {"sample": i, "seconds": t, "discarded": False}
-            for i, t in enumerate(seconds)])
+def compared(ev: Evidence, rng, floor: float | None, spread: float = 0.01) -> None:
+    """The compare records of ``ev``'s points: its pairs (timing.comparable) on paired
+    samples drawn around each record's median, as the compare stage measures them."""
+    for point in ev.points:
+        times = {v: r for (v, p), r in ev.time.items() if p == point}
+        verified = {v: r for (v, p), r in ev.verify.items() if p == point}
+        bases = {b: r for (b, p), r in ev.baselines.items() if p == point}
+        pairs = timing.comparable(times, verified, bases, ev.host["gpus"])
+        drift = np.exp(np.cumsum(rng.normal(0, 0.05, 40)))
+        for pair in pairs:
+            if "why_not" not in pair:
+                kernel, base = (record["measurement"]["median_s"] * drift
+                                * (1 + spread * rng.standard_normal(40))
+                                for record in (times[pair["variant"]], bases[pair["baseline"]]))
+                pair.update(rounds=40, **stats.compare_paired(kernel, base, 0.95,
+                                                              floor).as_dict())
+        ev.compare[point] = {"pairs": pairs}
 
 
 def texts(ev: Evidence) -> list[str]:
@@ -73,24 +80,33 @@ def test_interpret_mode_status_claims_no_speed():
 def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
     monkeypatch.chdir(tmp_path)
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
-    write_samples(ev, rng)
+    compared(ev, rng, floor=None)
     assert texts(ev) == ["verified (GPU kernel) on NVIDIA H200", "measured on NVIDIA H200",
                          "faster than b at 1 of 1 points"]  # no floor: no speedup printed
-    ev.noise_floor = {"noise_floor": 0.02}
+    compared(ev, rng, floor=0.02)
     *_, versus = texts(ev)
     assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.(39|40|41)×", versus)
     assert status.hardware(evidence(False, [H200, H200], 1, 1)) == "2× NVIDIA H200"
 
 
-def test_only_kernels_and_baselines_computing_the_same_outputs_are_compared(
-        tmp_path, monkeypatch, rng):
-    monkeypatch.chdir(tmp_path)
+def test_only_kernels_and_baselines_computing_the_same_outputs_are_compared(rng):
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
     backward = {**ev.verify["v", "p"], "checks": [{"outputs": {"dq": {}, "dk": {}}}]}
     ev.verify["v_bwd", "p"] = backward
     ev.time["v_bwd", "p"] = ev.time["v", "p"]
-    write_samples(ev, rng)
+    compared(ev, rng, floor=0.02)
     assert list(conditions.comparisons(ev)) == [("v", "b", "p")]
+    assert conditions.not_compared(ev) == {}
+
+
+def test_an_interpreted_kernel_is_not_set_against_a_native_baseline(rng):
+    ev = evidence(interpret=True, gpus=[], kernel_s=1.0, baseline_s=1e-3)
+    ev.baselines["b", "p"]["execution"] = {**ev.baselines["b", "p"]["execution"],
+                                           "interpret": False}
+    compared(ev, rng, floor=0.02)
+    assert conditions.comparisons(ev) == {}
+    (why,) = conditions.not_compared(ev).values()
+    assert why.startswith("not compared: v ran as interpreted kernel, b as XLA on the host")
 
 
 def test_a_check_that_lets_a_mutant_through_is_weak_in_red():

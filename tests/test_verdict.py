@@ -22,17 +22,20 @@ def found_records(monkeypatch):
         paths.baseline_record("cpu", "c", "xla", "p1"): {"timed": True},
         paths.baseline_record("cpu", "c", "xla", "p2"): {
             "timed": False, "not_timed_reason": "not measurable: the result was reused"},
+        paths.compare_record("cpu", "c", "p1"): {
+            "measured": False, "not_measured_reason": "not measurable: a stream unseen"},
+        paths.compare_record("cpu", "c", "p2"): {"measured": False},  # nothing comparable
     }
     monkeypatch.setattr(verdict, "_read", lambda path, kind: made.get(path))
 
 
 def test_failures_and_refusals_are_named_and_nothing_else(found_records):
     found = verdict.findings({"c": SPEC}, ["cpu"])
-    assert found == {"failed": ["cpu/c/k/p1"], "refused": ["cpu/c/baseline xla/p2"],
-                     "pages": []}
+    assert found == {"failed": ["cpu/c/k/p1"],
+                     "refused": ["cpu/c/compare/p1", "cpu/c/baseline xla/p2"], "pages": []}
     assert verdict.summary(found) == (
-        "casebook: 1 point(s) failed verification: cpu/c/k/p1; 1 measurement(s) refused by "
-        "a guard: cpu/c/baseline xla/p2 (the site shows them)")
+        "casebook: 1 point(s) failed verification: cpu/c/k/p1; 2 measurement(s) refused by "
+        "a guard: cpu/c/compare/p1, cpu/c/baseline xla/p2 (the site shows them)")
 
 
 def test_the_run_fails_only_when_asked_to(found_records, capsys):

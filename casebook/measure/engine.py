@@ -99,6 +99,11 @@ class Measurement:
         return [r["seconds"] for r in self.rows if not r["discarded"]]
 
     @property
+    def kept_by_round(self) -> dict[int, float]:
+        """Round -> the kept sample of that round (an interleaved measurement's pairs)."""
+        return {r["round"]: r["seconds"] for r in self.rows if not r["discarded"]}
+
+    @property
     def repeat_medians(self) -> list[float]:
         kept = [r for r in self.rows if not r["discarded"]]
         return [float(np.median([r["seconds"] for r in kept if r["repeat"] == i]))
@@ -165,6 +170,24 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
             devices: Devices) -> Measurement:
     """Warm up, sample ``settings.repeats`` times until the criterion stops each, check
     the guards."""
+    return measure_interleaved({"subject": workload}, settings, cache_mode, seed,
+                               devices)["subject"]
+
+
+@dataclasses.dataclass
+class _Subject:
+    """One workload of an interleaved measurement: its inputs, samples and criterion."""
+
+    runnable: Runnable
+    state: Any
+    prepare_set: Callable[[int], tuple[Any, ...]]
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    timings: list[clocks.Timing] = dataclasses.field(default_factory=list)
+    criterion: Any = None
+    index: int = 0
+
+
+def _subject(workload: Workload, cache_mode: str, seed: int, devices: Devices) -> _Subject:
     runnable = workload.runnable
     rng = np.random.default_rng(seed)
     set_bytes = sum(a.nbytes for a in workload.make_inputs(np.random.default_rng(seed)).values())
@@ -175,57 +198,109 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
         return args
 
     state = cache.plan(cache_mode, prepare_set, set_bytes, devices.tools, runnable.stream)
-    clock = devices.clock(settings.clock, runnable)
+    return _Subject(runnable, state, prepare_set)
+
+
+def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cache_mode: str,
+                        seed: int, devices: Devices) -> dict[str, Measurement]:
+    """Measure several workloads interleaved: every round takes one sample of each, in an
+    order shuffled per round (seeded), until every workload's criterion has stopped, for
+    ``settings.repeats`` repeats; then each one's guards.
+
+    A host that drifts over seconds slows every workload of a round alike, so the ratio of
+    two workloads' medians over the same rounds cancels the drift that separate
+    measurements carry (``stats.compare_paired``). Rows carry their ``round``. Workload i
+    draws its inputs from ``seed + i``. One clock times every workload (CUPTI has one
+    subscriber per process); CUDA events are recorded on one stream, so under that clock
+    the workloads must share it.
+    """
+    if not workloads:
+        raise ValueError("an interleaved measurement needs at least one workload")
+    names = list(workloads)
+    clock = devices.clock(settings.clock, workloads[names[0]].runnable)
+    if clock.kind == "cuda_event" and len({id(w.runnable.stream)
+                                           for w in workloads.values()}) > 1:
+        clock.close()
+        raise guards.Unmeasurable("interleaved workloads run on different streams: CUDA "
+                                  "events on one stream cannot time them all")
+    order = np.random.default_rng([seed, len(names)])
     monitor = devices.monitor()
+    discarded, subjects = 0, {}
     try:
-        for i in range(settings.warmup_calls):  # compilation, first-call costs
-            args, _ = state.before_sample(i)
-            runnable.sync(runnable.call(*args))
-        rows, timings, discarded, index = [], [], 0, 0
+        for i, name in enumerate(names):
+            subjects[name] = _subject(workloads[name], cache_mode, seed + i, devices)
+        for s in subjects.values():
+            for i in range(settings.warmup_calls):  # compilation, first-call costs
+                args, _ = s.state.before_sample(i)
+                s.runnable.sync(s.runnable.call(*args))
         start = time.perf_counter()
+        round_ = 0
         for repeat in range(settings.repeats):
-            criterion = settings.criterion_unit()
+            for s in subjects.values():
+                s.criterion = settings.criterion_unit()
             began = time.perf_counter()
-            while not criterion.finished:
-                args, which = state.before_sample(index)
-                _, timing = clock.time(lambda args=args: runnable.call(*args),
-                                       runnable.sync)
-                reading = monitor.read()
-                rows.append(_row(index, repeat, which, timing, reading))
-                index += 1
-                if reading.throttled:
-                    discarded += 1
+            while not all(s.criterion.finished for s in subjects.values()):
+                picked = order.permutation(len(names)) if len(names) > 1 else [0]
+                for name in (names[i] for i in picked):
+                    discarded += _sample(subjects[name], clock, monitor, repeat, round_,
+                                         began)
                     if discarded > MAX_DISCARDED:
                         raise guards.Unmeasurable(
                             f"{discarded} throttled samples discarded: the device does "
                             f"not hold its clock")
-                    time.sleep(monitor.pause_s)
-                    continue
-                timings.append(timing)
-                criterion.add(timing.seconds, time.perf_counter() - began)
+                round_ += 1
         wall = time.perf_counter() - start
-        median = float(np.median([t.seconds for t in timings]))
-        args, _ = state.before_sample(0)
-        checks = {
-            "early_return": guards.early_return(runnable, args, median),
-            "unseen_stream": guards.unseen_work(runnable, args, timings, median),
-            "reused_result": guards.reused_result(
-                runnable, args, lambda: prepare_set(-1), _first_call(clock, runnable),
-                median),
-        }
+        checks = {name: _guards(s, clock) for name, s in subjects.items()}
     finally:
-        state.close()
+        for s in subjects.values():
+            s.state.close()
         clock.close()
-    reason = criterion.reason if settings.repeats == 1 else (
-        f"{settings.repeats} repeats, each stopped by it; the last: {criterion.reason}")
-    return Measurement(
-        clock=clock.description, clock_kind=clock.kind, warmup_calls=settings.warmup_calls,
-        stop_criterion=criterion.name, stop_reason=reason,
-        cache_mode=state.mode, cache_description=state.description,
-        pinned_cpu=pinning.pinned_cpu(),
-        throttling={"monitored": monitor.monitored, "description": monitor.description,
-                    "discarded": discarded},
-        guards=checks, rows=rows, wall_s=wall)
+    out = {}
+    for name, s in subjects.items():
+        criterion = s.criterion
+        reason = criterion.reason if settings.repeats == 1 else (
+            f"{settings.repeats} repeats, each stopped by it; the last: {criterion.reason}")
+        if len(names) > 1:
+            reason += (f"; interleaved with {len(names) - 1} other workload(s), "
+                       f"{round_} rounds, until every one's criterion stopped")
+        out[name] = Measurement(
+            clock=clock.description, clock_kind=clock.kind,
+            warmup_calls=settings.warmup_calls, stop_criterion=criterion.name,
+            stop_reason=reason, cache_mode=s.state.mode,
+            cache_description=s.state.description, pinned_cpu=pinning.pinned_cpu(),
+            throttling={"monitored": monitor.monitored, "description": monitor.description,
+                        "discarded": sum(r["discarded"] for r in s.rows)},
+            guards=checks[name], rows=s.rows, wall_s=wall)
+    return out
+
+
+def _sample(s: _Subject, clock, monitor, repeat: int, round_: int, began: float) -> int:
+    """One sample of ``s``; 1 when it was throttled (discarded), else 0. A subject whose
+    criterion has stopped goes on sampling, so that every round holds every subject."""
+    args, which = s.state.before_sample(s.index)
+    _, timing = clock.time(lambda: s.runnable.call(*args), s.runnable.sync)
+    reading = monitor.read()
+    s.rows.append({**_row(s.index, repeat, which, timing, reading), "round": round_})
+    s.index += 1
+    if reading.throttled:
+        time.sleep(monitor.pause_s)
+        return 1
+    s.timings.append(timing)
+    if not s.criterion.finished:
+        s.criterion.add(timing.seconds, time.perf_counter() - began)
+    return 0
+
+
+def _guards(s: _Subject, clock) -> dict[str, dict[str, Any]]:
+    median = float(np.median([t.seconds for t in s.timings]))
+    args, _ = s.state.before_sample(0)
+    return {
+        "early_return": guards.early_return(s.runnable, args, median),
+        "unseen_stream": guards.unseen_work(s.runnable, args, s.timings, median),
+        "reused_result": guards.reused_result(
+            s.runnable, args, lambda: s.prepare_set(-1), _first_call(clock, s.runnable),
+            median),
+    }
 
 
 def _first_call(clock, runnable: Runnable):

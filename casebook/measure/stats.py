@@ -6,6 +6,7 @@ Numpy/scipy only: no clock, no device. Everything here is testable on synthetic 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import statistics
@@ -22,20 +23,31 @@ FASTER, SLOWER, SAME, AMBIGUOUS = "FASTER", "SLOWER", "SAME", "AMBIGUOUS"
 BOOTSTRAP_RESAMPLES = 4000
 
 
+@functools.lru_cache(maxsize=4096)
+def _order_rank(n: int, confidence: float) -> int:
+    """The largest j with P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2 (at least 1).
+    Cached: a stopping criterion asks after every sample, and the quantile function
+    costs several times the rest of its check."""
+    return max(int(stats.binom.ppf((1 - confidence) / 2, n, 0.5)), 1)
+
+
+def _interval_of_sorted(ordered: Sequence[float], confidence: float) -> tuple[float, float]:
+    n = len(ordered)
+    # [X_(j), X_(n-j+1)] covers the median with probability >= confidence.
+    j = _order_rank(n, confidence)
+    return ordered[j - 1], ordered[n - j]
+
+
 def median_interval(samples: Sequence[float], confidence: float) -> tuple[float, float]:
     """Distribution-free interval for the median from binomial order statistics."""
-    ordered = sorted(samples)
-    n = len(ordered)
-    # [X_(j), X_(n-j+1)] covers the median with probability >= confidence, where j is
-    # the largest count with P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2.
-    j = max(int(stats.binom.ppf((1 - confidence) / 2, n, 0.5)), 1)
-    return ordered[j - 1], ordered[n - j]
+    return _interval_of_sorted(sorted(samples), confidence)
 
 
 def relative_half_width(samples: Sequence[float], confidence: float) -> float:
     """Half the median interval's width over the median: the precision reached."""
-    lo, hi = median_interval(samples, confidence)
-    return (hi - lo) / 2 / statistics.median(samples)
+    ordered = sorted(samples)
+    lo, hi = _interval_of_sorted(ordered, confidence)
+    return (hi - lo) / 2 / statistics.median(ordered)
 
 
 def robust_noise(samples: Sequence[float]) -> float:
@@ -135,6 +147,30 @@ def ratio_of_medians(numerator: Sequence[float], denominator: Sequence[float],
     return float(np.median(a) / np.median(b)), float(ci.low), float(ci.high)
 
 
+def paired_rounds(numerator: dict[int, float], denominator: dict[int, float]
+                  ) -> tuple[list[float], list[float]]:
+    """The two series' samples of the rounds both kept (round -> seconds), in round
+    order: an interleaved measurement's pairs."""
+    shared = sorted(set(numerator) & set(denominator))
+    return [numerator[r] for r in shared], [denominator[r] for r in shared]
+
+
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float],
+                 confidence: float) -> tuple[float, float, float]:
+    """The median of the per-round ratios numerator[i]/denominator[i] of samples taken in
+    the same round i of an interleaved measurement, with its distribution-free
+    order-statistic interval: what drifts between rounds slows both samples of a round
+    alike and cancels in its ratio (a ratio of the two medians would not cancel it: they
+    may come from different rounds)."""
+    a, b = np.asarray(numerator, float), np.asarray(denominator, float)
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 5:
+        raise ValueError(f"paired series need equal lengths of at least 5, got "
+                         f"{a.shape} and {b.shape}")
+    ratios = a / b
+    low, high = median_interval(ratios, confidence)
+    return float(np.median(ratios)), float(low), float(high)
+
+
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """How many times faster the candidate is than the reference, and what that means."""
@@ -144,6 +180,9 @@ class Comparison:
     high: float
     floor: float | None  # the host's minimum detectable relative effect, if recorded
     verdict: str
+    # "separate": two measurements made apart (their floor: noise_floor); "paired": both
+    # interleaved round by round in one measurement (their floor: paired_floor).
+    design: str = "separate"
 
     @property
     def printable(self) -> bool:
@@ -153,7 +192,8 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         return {"speedup": self.speedup, "speedup_ci_low": self.low,
                 "speedup_ci_high": self.high, "noise_floor": self.floor,
-                "verdict": self.verdict, "printable": self.printable}
+                "verdict": self.verdict, "printable": self.printable,
+                "design": self.design}
 
 
 def verdict(low: float, high: float, floor: float) -> str:
@@ -180,3 +220,11 @@ def compare(candidate: Sequence[float], reference: Sequence[float], confidence: 
     """
     speedup, low, high = ratio_of_medians(reference, candidate, confidence, rng)
     return Comparison(speedup, low, high, floor, verdict(low, high, floor or 0.0))
+
+
+def compare_paired(candidate: Sequence[float], reference: Sequence[float], confidence: float,
+                   floor: float | None) -> Comparison:
+    """``compare`` for samples taken in the same rounds of an interleaved measurement
+    (``paired_ratio``); ``floor``: the host's paired A/A floor."""
+    speedup, low, high = paired_ratio(reference, candidate, confidence)
+    return Comparison(speedup, low, high, floor, verdict(low, high, floor or 0.0), "paired")

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
-from pathlib import Path
 from typing import Any
 
 from casebook import records
-from casebook.errors import CasebookError
 
 COLUMNS = ("sample", "input_set", "seconds", "host_seconds", "kernel_seconds",
            "launch_overhead_seconds", "kernels", "unseen_seconds", "sm_clock_mhz",
@@ -24,16 +22,14 @@ def write(path: str, rows: list[dict[str, Any]]) -> None:
     records.atomic_write_text(path, table.getvalue())
 
 
-def kept_seconds(path: str | Path) -> list[float]:
-    """The samples a summary was made from (throttled ones left out)."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise CasebookError(path, None, "missing samples table") from None
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or "seconds" not in reader.fieldnames:
-        raise CasebookError(path, "seconds", "no such column in the samples table")
-    try:
-        return [float(row["seconds"]) for row in reader if row.get("discarded") != "True"]
-    except (TypeError, ValueError) as error:
-        raise CasebookError(path, "seconds", f"not a number ({error})") from None
+def write_interleaved(path: str, measured: dict[str, list[dict[str, Any]]]) -> None:
+    """An interleaved measurement's samples: every workload's rows, named in ``subject``,
+    with the ``round`` that pairs them."""
+    table = io.StringIO()
+    writer = csv.DictWriter(table, ("subject", "round", *COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for subject, rows in measured.items():
+        writer.writerows({"subject": subject, "round": row["round"],
+                          **{k: ("" if row[k] is None else row[k]) for k in COLUMNS}}
+                         for row in rows)
+    records.atomic_write_text(path, table.getvalue())

@@ -104,6 +104,13 @@ def measure_threads(wildcards):
     return workflow.cores
 
 
+def point_records(wildcards):
+    """A point's time, verify and baseline records: what its comparison reads
+    (paths.point_records)."""
+    found = paths.point_records(CASES[wildcards.case], wildcards.target, wildcards.point)
+    return [path for kind in found.values() for path in kind.values()]
+
+
 def case_records(case, target):
     """Every record ``target`` produces for ``case``."""
     return paths.case_records(CASES[case], target)

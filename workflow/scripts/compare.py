@@ -1,0 +1,13 @@
+"""Snakemake script: stage 7, one point's variants and baselines measured interleaved."""
+
+from casebook.errors import reported
+from casebook.measure import pinning
+
+with reported(snakemake):
+    w = snakemake.wildcards
+    from casebook import timing  # imports no jax: the process may still be pinned
+
+    point = timing.point_to_compare(snakemake.config["case_dir"], w.case, w.point, w.target)
+    pinning.pin_for(w.target, snakemake.params.measurement, point.interpreted)
+    timing.compare_point(point, snakemake.params.measurement, snakemake.input.floor,
+                         snakemake.output.record, snakemake.output.samples)
