@@ -240,8 +240,7 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
                 s.criterion = settings.criterion_unit()
             began = time.perf_counter()
             while not all(s.criterion.finished for s in subjects.values()):
-                picked = order.permutation(len(names)) if len(names) > 1 else [0]
-                for name in (names[i] for i in picked):
+                for name in (names[i] for i in order.permutation(len(names))):
                     discarded += _sample(subjects[name], clock, monitor, repeat, round_,
                                          began)
                     if discarded > MAX_DISCARDED:
