@@ -5,16 +5,19 @@ with this interpreter (the environment exists; installing it is not counted), th
 each job's profile from the end of its log (``casebook.jobprofile``): per rule, the jobs,
 their wall and CPU time summed, the median and slowest job, and the median startup
 (interpreter, Snakemake's preamble, imports) before a job's work began. The Snakemake
-process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed. The
-result goes to benchmarks/results/pipeline_time.json, the cases run named in it.
+process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed, and a
+one-point change: one parameter of one point set in the clone's case config (``--change``),
+the rerun's jobs counted per rule. The result goes to
+benchmarks/results/pipeline_time.json, the cases run named in it.
 
     .venv/bin/python -m benchmarks.pipeline_time [--cores 2]
-        [--config cases=[splash_attention]]
+        [--config cases=[splash_attention]] [--change CASE:POINT:KEY=VALUE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -26,16 +29,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks.workloads import write
 from casebook import jobprofile, paths, provenance
 
 
-def _snakemake(project: Path, cores: int, config: list[str]) -> tuple[float, float]:
+def _snakemake(project: Path, cores: int, config: list[str],
+               *extra: str) -> tuple[float, float]:
     """Wall seconds of one run, and the CPU seconds of it and every process it waited for."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     args = [sys.executable, "-m", "snakemake", "--cores", str(cores), "--quiet", "rules",
-            *(["--config", *config] if config else [])]
+            *extra, *(["--config", *config] if config else [])]
     done = subprocess.run(args, cwd=project, capture_output=True, text=True)
     wall = time.perf_counter() - began
     if done.returncode != 0:
@@ -44,6 +50,31 @@ def _snakemake(project: Path, cores: int, config: list[str]) -> tuple[float, flo
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
+
+
+def change_point(project: Path, change: str) -> None:
+    """Set ``case:point:key=value`` (value read as YAML) in the clone's case config."""
+    case, point, assignment = change.split(":", 2)
+    key, value = assignment.split("=", 1)
+    path = project / "configs" / "cases" / f"{case}.yaml"
+    spec = yaml.safe_load(path.read_text())
+    entry = next(p for p in [*spec["points"], *spec.get("build_only_points", [])]
+                 if p["name"] == point)
+    entry["params"][key] = yaml.safe_load(value)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def jobs_planned(project: Path, config: list[str]) -> dict[str, int]:
+    """The jobs a run would make now, per rule (``snakemake -n``'s job stats)."""
+    args = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules",
+            *(["--config", *config] if config else [])]
+    done = subprocess.run(args, cwd=project, capture_output=True, text=True, check=True)
+    counts = {}
+    for text in (done.stdout + done.stderr).splitlines():
+        parts = text.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            counts[parts[0]] = int(parts[1])
+    return counts
 
 
 def by_rule(logs: Path) -> dict[str, dict[str, Any]]:
@@ -75,6 +106,8 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--config", nargs="*", default=[],
                         help="KEY=VALUE overrides passed to snakemake --config")
+    parser.add_argument("--change", default="splash_attention:packed_softcap_f16:soft_cap=2.5",
+                        help="the one-point change timed after the no-op rerun")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pipeline-time-") as scratch:
         project = Path(scratch) / "clone"
@@ -83,6 +116,9 @@ def main() -> None:
         cold_wall, cold_cpu = _snakemake(project, args.cores, args.config)
         noop_wall, _ = _snakemake(project, args.cores, args.config)
         rules = by_rule(project / paths.LOGS)
+        change_point(project, args.change)
+        rerun_jobs = jobs_planned(project, args.config)
+        change_wall, change_cpu = _snakemake(project, args.cores, args.config)
     jobs_cpu = sum(r["cpu_s"] for r in rules.values())
     result = {
         "commit": provenance.commit(),
@@ -95,11 +131,14 @@ def main() -> None:
                      "startup_s": round(sum(r["startup_s"] for r in rules.values()), 1),
                      "snakemake_cpu_s": round(cold_cpu - jobs_cpu, 1)},
         "noop_rerun_wall_s": round(noop_wall, 2),
+        "one_point_change": {"change": args.change, "wall_s": round(change_wall, 1),
+                             "cpu_s": round(change_cpu, 1), "jobs": rerun_jobs},
         "by_rule": rules,
     }
     print(f"cold run: {cold_wall:.0f} s wall, {cold_cpu:.0f} CPU-s "
           f"({result['cold_run']['jobs']} jobs; Snakemake itself "
-          f"{result['cold_run']['snakemake_cpu_s']:.0f} CPU-s); no-op rerun {noop_wall:.1f} s")
+          f"{result['cold_run']['snakemake_cpu_s']:.0f} CPU-s); no-op rerun {noop_wall:.1f} s;"
+          f" one-point change {change_wall:.0f} s ({json.dumps(rerun_jobs)})")
     for rule, r in rules.items():
         print(f"  {rule:12} {r['jobs']:4} jobs  {r['cpu_s']:8.1f} CPU-s  "
               f"median {r['median_wall_s']:6.1f} s (startup {r['median_startup_s']:.1f} s)  "
