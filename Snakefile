@@ -38,6 +38,12 @@ rule all:
         [f for case in CASES for f in case_products(case)],
 
 
+# Snakemake's default job-start cap makes a local scheduler re-plan n times a second after
+# n jobs (casebook/local_scheduler.py): local runs drop it.
+onstart:
+    local_scheduler.drop_rate_limit(workflow)
+
+
 # The site is rendered; a failed verification or a refused measurement then fails the run
 # (config fail_on_failures), named in one line. Only the run itself, never one job of it.
 onsuccess:

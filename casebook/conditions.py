@@ -162,9 +162,10 @@ def _measured_or_why(record: dict[str, Any]) -> str:
                   if m["floor_applied"] is not None else ""))
     pinned = ("every thread on CPU " + str(m["pinned_cpu"]) if m["pinned_cpu"] is not None
               else "not pinned")
+    beside = ", beside other jobs" if record.get("shared_host") else ""
     return (f"median {seconds(m['median_s'])} [{seconds(m['ci_low_s'])}, "
             f"{seconds(m['ci_high_s'])}] ({spread}), n={m['samples']}, "
-            f"noise {m['relative_noise']:.1%}{kernel}; clock {m['clock_kind']}, {pinned}; "
+            f"noise {m['relative_noise']:.1%}{kernel}; clock {m['clock_kind']}, {pinned}{beside}; "
             f"stopped by {m['stop_criterion']}: {m['stop_reason']}; "
             f"{m['throttling']['discarded']} throttled samples discarded")
 
@@ -201,9 +202,11 @@ def measurement(ev: Evidence) -> list[str]:
         lines.append(f"Clock: {first['clock']}")
         interpreted = next((r for r in ev.time.values() if r["timed"]), None)
         if interpreted is not None:
+            shared = any(r.get("shared_host") for r in ev.time.values())
             lines.append(f"Execution: {interpreted['execution']['mode']} on "
                          f"{ev.target.upper()}" + (" — interpret-mode host time, NOT GPU "
-                                                   "device time" if ev.interpreted else ""))
+                                                   "device time" if ev.interpreted else "")
+                         + ("; timed on one core beside other jobs" if shared else ""))
         lines.append(f"Warm-up: {first['warmup_calls']} calls discarded")
         lines.append(f"Cache state: {first['cache']['description']}")
         lines.append(f"Throttling: {first['throttling']['description']}")

@@ -169,10 +169,21 @@ def case_records(spec: dict, target: str) -> list[str]:
     return out
 
 
+BUILD_ONLY_SUFFIX = ".build_only.json"
+
+
+def build_only_lowerings(target: str, case: str, variant: str) -> str:
+    """The lowerings of a variant's build-only points, made in one job."""
+    return f"{RESULTS}/{target}/{case}/build/{variant}{BUILD_ONLY_SUFFIX}"
+
+
 def lowering_records(spec: dict, target: str, variant: str) -> list[str]:
-    """The lowerings a variant's build record gathers: one per point, build-only ones too."""
-    return [lowering_record(target, spec["name"], variant, p["name"])
-            for p in [*spec["points"], *spec["build_only_points"]]]
+    """The lowerings a variant's build record gathers: one record per verified point (its
+    verify reads it), then one holding every build-only point, if the case has any."""
+    per_point = [lowering_record(target, spec["name"], variant, p["name"])
+                 for p in spec["points"]]
+    return per_point + ([build_only_lowerings(target, spec["name"], variant)]
+                        if spec["build_only_points"] else [])
 
 
 def case_products(spec: dict, target: str) -> list[str]:

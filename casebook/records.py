@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
-from casebook import errors, paths, provenance
+from casebook import config, errors, paths, provenance
 from casebook.errors import CasebookError
 
 SCHEMA_VERSION = 1
@@ -29,7 +28,7 @@ REFUSED = "not measurable"
 
 @functools.cache
 def _schema_document() -> dict[str, Any]:
-    return yaml.safe_load(paths.RECORD_SCHEMA.read_text())
+    return config.load_yaml(paths.RECORD_SCHEMA.read_text())
 
 
 @functools.cache

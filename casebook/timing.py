@@ -68,7 +68,9 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
 
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 settings: dict[str, Any], verify_path: str, floor_path: str, out: str,
-                samples_path: str) -> dict[str, Any]:
+                samples_path: str, shared_host: bool = False) -> dict[str, Any]:
+    """Time one verified variant at one point; ``shared_host``: the job had fewer cores
+    than a measurement takes, other jobs ran beside it (the record says so)."""
     job = stage.load(case_dir, case, target, point, variant)
     checked = records.read(verify_path, "verify")
     if job.tiles_from != checked.get("tile_table"):
@@ -83,7 +85,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     seed = verify.draw_seed()
     runnable = job.plugin.kernel(variant, job.tuned, "time", build_dir=job.build_dir)
     return records.write(out, "time", {
-        **body, "seed": seed, "execution": runnable.execution,
+        **body, "seed": seed, "execution": runnable.execution, "shared_host": shared_host,
         **measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng), settings,
                    job.spec["measurement"]["cache"], seed, samples_path,
                    host_floor(floor_path))})

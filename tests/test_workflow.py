@@ -168,6 +168,11 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
         assert m["ci_low_s"] <= m["median_s"] / (1 + floor["noise_floor"])
         assert m["repeats"] == (1 if interpreted else 5)
         assert (m["pinned_cpu"] is None) == interpreted
+        # The interpreter's host time is no speed result: one core, beside other jobs
+        # (the run has two); a speed result (time records only) the whole machine.
+        assert r.get("shared_host", False) == (interpreted and "variant" in r)
+    assert any(r.get("shared_host") for r in records)
+    assert "timed on one core beside other jobs" in page
     not_run = [r for r in records if not r["timed"]]
     assert {r["baseline"] for r in not_run} == {"attention_mgpu", "cudnn_dot_product_attention"}
     for record in not_run:
@@ -298,6 +303,16 @@ def test_editing_one_point_reruns_that_points_jobs_only(project):
     assert {r for r, _ in jobs} >= measured | {"lower", "build"}
     assert not [w for r, w in jobs if r == "lower" and "point=second" not in w]
     assert not [w for r, w in jobs if r in measured and "point=second" not in w]
+    assert "lower_build_only" not in {r for r, _ in jobs}
+    # A build-only point: its variants' build-only lowerings (one job each) and builds.
+    (only,) = case["build_only_points"]
+    bigger = {**only, "params": {**only["params"], "seq_len": 2 * only["params"]["seq_len"]}}
+    with edited(case_file, yaml.safe_dump({**case, "build_only_points": [bigger]})):
+        os.utime(case_file)
+        jobs = dry_run_jobs(project)
+    rules = {r for r, _ in jobs}
+    assert {"lower_build_only", "build"} <= rules and not rules & (measured | {"lower"})
+    assert len([r for r, _ in jobs if r == "lower_build_only"]) == len(case["variants"])
     # The page's words alone: no measurement, no build reruns.
     with edited(case_file, yaml.safe_dump({**case, "title": "Another title"})):
         os.utime(case_file)

@@ -1,5 +1,6 @@
-# Stage 3: lower/compile each variant at each point of the case's grid (one job per point,
-# so that changing a point rebuilds it alone), then gather the variant's build record.
+# Stage 3: lower/compile each variant at each point of the case's grid (one job per
+# verified point, so that changing a point rebuilds and reverifies it alone; one job for a
+# variant's build-only points), then gather the variant's build record.
 
 
 rule lower:
@@ -17,6 +18,24 @@ rule lower:
         constraint=target_constraint,
     script:
         "../scripts/lower.py"
+
+
+# Only lowered: one Python start and jax import for all of a variant's build-only points.
+rule lower_build_only:
+    input:
+        case_inputs,
+        tile_table_input,
+    output:
+        paths.build_only_lowerings("{target}", "{case}", "{variant}"),
+    params:
+        config=build_only_config,
+    log:
+        paths.log("build", "{target}", "{case}", "{variant}", "build_only_points"),
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
+    script:
+        "../scripts/lower_build_only.py"
 
 
 rule build:

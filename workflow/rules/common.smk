@@ -12,7 +12,8 @@ os.environ.update(
 
 from snakemake.utils import validate
 
-from casebook import config as case_config, hostcapture, paths, provenance, tile_table, verdict
+from casebook import (config as case_config, hostcapture, local_scheduler, paths, provenance,
+                      records, tile_table, verdict)
 from casebook.errors import RUN_PID, CasebookError
 
 # Each job ends when this process does, even one killed while its job was starting up.
@@ -80,6 +81,14 @@ def job_config(*names):
     return slice_of
 
 
+def build_only_config(wildcards):
+    """A param: each build-only point's slice of the case config (job_config), so that
+    editing a verified point leaves the build-only lowerings alone."""
+    spec = CASES[wildcards.case]
+    return json.dumps([provenance.job_slice(spec, wildcards.variant, p["name"])
+                       for p in spec["build_only_points"]], sort_keys=True)
+
+
 def tile_table_input(wildcards):
     """The target's tile table where one exists (committed or made by autotune)."""
     table = paths.tile_table(wildcards.target, wildcards.case)
@@ -102,6 +111,24 @@ def measure_threads(wildcards):
     if workflow.non_local_exec or workflow.remote_exec:
         return config["cluster"]["measure_cpus"]
     return workflow.cores
+
+
+def time_threads(wildcards, input):
+    """A measurement's cores (measure_threads), but locally one for an interpret-mode
+    kernel on target cpu: its host time is no speed result, so it runs beside other jobs,
+    and its record says so (``shared_host``). Until its verify record exists (or while it
+    cannot be read: the time job reports that) it asks for the whole machine."""
+    local = not (workflow.non_local_exec or workflow.remote_exec)
+    if local and wildcards.target == "cpu" and _interpreted(input.verify):
+        return 1
+    return measure_threads(wildcards)
+
+
+def _interpreted(verify_record):
+    try:
+        return records.interpreted(records.read(verify_record, "verify"))
+    except CasebookError:
+        return False
 
 
 def point_records(wildcards):

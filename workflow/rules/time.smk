@@ -14,10 +14,12 @@ rule time:
     params:
         config=job_config("variant", "point"),
         measurement=config["measurement"],
+        measure_threads=measure_threads,
     log:
         paths.log("time", "{target}", "{case}", "{variant}", "{point}"),
-    # A measurement takes every core, so no other job runs beside it.
-    threads: measure_threads
+    # A measurement takes every core, so no other job runs beside it; an interpret-mode
+    # kernel on target cpu takes one (its host time is no speed result).
+    threads: time_threads
     resources:
         gpu=target_gpus,
         constraint=target_constraint,

@@ -14,4 +14,5 @@ with reported(snakemake):
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
         snakemake.params.measurement, snakemake.input.verify, snakemake.input.floor,
         snakemake.output.record, snakemake.output.samples,
+        shared_host=snakemake.threads < snakemake.params.measure_threads,
     )
