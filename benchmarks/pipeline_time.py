@@ -7,8 +7,9 @@ their wall and CPU time summed, the median and slowest job, and the median start
 (interpreter, Snakemake's preamble, imports) before a job's work began. The Snakemake
 process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed, and a
 one-point change: one parameter of one point set in the clone's case config (``--change``),
-the rerun's jobs counted per rule. The result goes to
-benchmarks/results/pipeline_time.json, the cases run named in it.
+the rerun's jobs counted per rule; and what the cold run checked, counted from its
+records (``checks``). The result goes to benchmarks/results/pipeline_time.json, the cases
+run named in it (benchmarks/results/pipeline_time_before.json: the run before issue 16).
 
     .venv/bin/python -m benchmarks.pipeline_time [--cores 2]
         [--config cases=[splash_attention]] [--change CASE:POINT:KEY=VALUE]
@@ -77,6 +78,38 @@ def jobs_planned(project: Path, config: list[str]) -> dict[str, int]:
     return counts
 
 
+def checks(results: Path) -> dict[str, int]:
+    """What the run checked, counted from its records: so that a faster run can be shown
+    to check no less (every lowering, kernel check, race-detected run, mutant, guard)."""
+    def load(pattern: str) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(results.glob(pattern))]
+
+    lowerings = load("*/*/build/*/*.json")
+    lowerings += [one for r in load(f"*/*/build/*{paths.BUILD_ONLY_SUFFIX}")
+                  for one in r["lowerings"]]
+    verified = load("*/*/verify/*/*.json")
+    trials = [c for r in verified for c in r["checks"]]
+    power = load("*/*/check_power/*.json")
+    timed = [r for r in [*load("*/*/time/*/*.json"), *load("*/*/baseline/*/*.json")]
+             if r["timed"]]
+    return {
+        "lowerings": len(lowerings),
+        "lowerings_built": sum(r["built"]["ok"] for r in lowerings),
+        "verify_records": len(verified),
+        "verify_ran": sum(r["ran"] for r in verified),
+        "verify_passed": sum(r["passed"] for r in verified),
+        "kernel_checks": len(trials),
+        "race_detected_checks": sum(c["execution"]["race_detection"] for c in trials
+                                    if "execution" in c),
+        "poisoned_checks": sum(c["execution"]["poisoned"] for c in trials
+                               if "execution" in c),
+        "mutants_applied": sum(m["applicable"] for r in power for m in r["mutants"]),
+        "mutants_caught": sum(m["caught"] for r in power for m in r["mutants"]),
+        "measurements": len(timed),
+        "guards_passed": sum(len(r["measurement"]["guards"]) for r in timed),
+    }
+
+
 def by_rule(logs: Path) -> dict[str, dict[str, Any]]:
     """Each rule's jobs, from the profiles their logs end with."""
     jobs = defaultdict(list)
@@ -116,6 +149,7 @@ def main() -> None:
         cold_wall, cold_cpu = _snakemake(project, args.cores, args.config)
         noop_wall, _ = _snakemake(project, args.cores, args.config)
         rules = by_rule(project / paths.LOGS)
+        checked = checks(project / paths.RESULTS)
         change_point(project, args.change)
         rerun_jobs = jobs_planned(project, args.config)
         change_wall, change_cpu = _snakemake(project, args.cores, args.config)
@@ -134,6 +168,7 @@ def main() -> None:
         "one_point_change": {"change": args.change, "wall_s": round(change_wall, 1),
                              "cpu_s": round(change_cpu, 1), "jobs": rerun_jobs},
         "by_rule": rules,
+        "checks": checked,
     }
     print(f"cold run: {cold_wall:.0f} s wall, {cold_cpu:.0f} CPU-s "
           f"({result['cold_run']['jobs']} jobs; Snakemake itself "
@@ -143,6 +178,7 @@ def main() -> None:
         print(f"  {rule:12} {r['jobs']:4} jobs  {r['cpu_s']:8.1f} CPU-s  "
               f"median {r['median_wall_s']:6.1f} s (startup {r['median_startup_s']:.1f} s)  "
               f"max {r['max_wall_s']:6.1f} s")
+    print("checked:", json.dumps(checked))
     print(write("pipeline_time", result))
 
 

@@ -42,10 +42,9 @@ _Validator = _with_defaults(jsonschema.Draft202012Validator)
 
 
 def load_yaml(text: str) -> Any:
-    """YAML's safe subset of one of casebook's own files (the schemas), parsed by libyaml
-    where PyYAML has it: every job reads them, and the pure-Python parser took a tenth of
-    a second of each job's startup. A user's file goes through ``read_yaml``, whose
-    pure-Python parser words a syntax error better."""
+    """YAML's safe subset, parsed by libyaml where PyYAML has it: every job reads the
+    schemas and a case config, and the pure-Python parser took a tenth of a second of each
+    job's startup (``read_yaml`` words a user's syntax error with the pure-Python one)."""
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
@@ -92,6 +91,10 @@ def read_yaml(path: Path) -> Any:
         text = Path(path).read_text()
     except FileNotFoundError:
         raise CasebookError(path, None, "file not found") from None
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError:
+        pass  # parsed again below, by the pure-Python parser, for its wording of the error
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:

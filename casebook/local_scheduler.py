@@ -12,6 +12,23 @@ cap limits nothing there; remote executors keep it (it spaces their submissions)
 
 from __future__ import annotations
 
+import os
+
+# The cores of the Snakemake run a job belongs to, in its environment: a job that got
+# fewer (``threads``) ran beside other jobs. Not a param, which would rerun every job of a
+# run with another --cores.
+RUN_CORES = "CASEBOOK_RUN_CORES"
+
+
+def publish_cores(cores: int) -> None:
+    """Put the run's cores in the environment its jobs inherit (``RUN_CORES``)."""
+    os.environ[RUN_CORES] = str(cores)
+
+
+def beside_others(threads: int) -> bool:
+    """Whether a job of ``threads`` threads had fewer cores than its run (``RUN_CORES``)."""
+    return threads < int(os.environ.get(RUN_CORES, threads))
+
 
 def drop_rate_limit(workflow) -> bool:
     """Remove the job-start cap from a local run's scheduler; True if one was removed.

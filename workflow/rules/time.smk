@@ -14,7 +14,6 @@ rule time:
     params:
         config=job_config("variant", "point"),
         measurement=config["measurement"],
-        measure_threads=measure_threads,
     log:
         paths.log("time", "{target}", "{case}", "{variant}", "{point}"),
     # A measurement takes every core, so no other job runs beside it; an interpret-mode

@@ -1,6 +1,6 @@
 """Snakemake script: stage 5, time one verified variant at one point."""
 
-from casebook import records
+from casebook import local_scheduler, records
 from casebook.errors import reported
 from casebook.measure import pinning
 
@@ -14,5 +14,5 @@ with reported(snakemake):
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
         snakemake.params.measurement, snakemake.input.verify, snakemake.input.floor,
         snakemake.output.record, snakemake.output.samples,
-        shared_host=snakemake.threads < snakemake.params.measure_threads,
+        shared_host=local_scheduler.beside_others(snakemake.threads),
     )
