@@ -13,6 +13,7 @@ only hold the run (the executor's status checks back off while no job finishes).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -89,10 +90,14 @@ def cluster_project(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
-    """The same tiny config run locally and through SLURM: ``(local, remote, output)``."""
-    local = finished_run(tmp_path_factory, CASE)
+    """The same tiny config run locally and through SLURM: ``(local, remote, output)``.
+    The local run goes on while the cluster's jobs wait for the one stand-in GPU and
+    the executor's status checks (the SLURM run is mostly waiting)."""
     remote = cluster_project(tmp_path_factory.mktemp("remote"))
-    done = on_cluster(remote)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        local = pool.submit(finished_run, tmp_path_factory, CASE)
+        done = on_cluster(remote)
+        local = local.result()
     assert done.returncode == 0, done.stderr[-6000:]
     return local, remote, done.stdout + done.stderr
 
