@@ -5,7 +5,9 @@ Pallas's interpreter on the host (the reference), and ``upstream_bwd``, its back
 (dq, dk, dv through upstream's own custom VJP) run the same way; ``mgpu`` and
 ``mgpu_mask_tiles``, the Pallas Mosaic GPU port's forward (see ``port``), and
 ``mgpu_bwd``, its backward (dq, dk, dv through the port's custom VJP), lowered for CUDA
-sm_90a and run by the Mosaic GPU interpreter on a CPU host.
+sm_90a and run by the Mosaic GPU interpreter on a CPU host; ``mgpu_sm100a`` and
+``mgpu_sm100a_mask_tiles``, the forward for Blackwell, lowered for sm_100a and run only
+on a Blackwell GPU (no interpreter runs tcgen05 or tensor memory).
 
 Outputs (named): the forward variants return ``out``; the backward variants (``*_bwd``)
 return ``dq``, ``dk``, ``dv`` for the cotangent ``do`` drawn with the inputs. The oracle
@@ -113,8 +115,8 @@ def baseline_outputs(name: str) -> tuple[str, ...]:
 
 def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
           ) -> dict[str, Any]:
-    """Lower the kernel: the port for CUDA sm_90a; upstream for TPU (Mosaic) and, in
-    its interpreted form, for the host."""
+    """Lower the kernel: the port for CUDA (sm_90a, or sm_100a for Blackwell); upstream
+    for TPU (Mosaic) and, in its interpreted form, for the host."""
     import jax
 
     _check_variant(variant)
@@ -148,14 +150,14 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
 
 def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
-    """The kernel to ``check`` or to ``time``: the port on an sm_90 GPU, or in the Mosaic
-    GPU interpreter on a host without a GPU (checking: NaN memory, races); upstream in
-    Pallas's TPU interpreter."""
+    """The kernel to ``check`` or to ``time``: the port on a GPU of its architecture, or
+    (sm_90a only) in the Mosaic GPU interpreter on a host without a GPU (checking: NaN
+    memory, races); upstream in Pallas's TPU interpreter."""
     _check_variant(variant)
     backward = variant in BACKWARD_VARIANTS
     names = BACKWARD_INPUTS if backward else INPUTS
     if variant in port.VARIANTS:
-        interpret, execution = mgpu_interpret.placement(purpose)
+        interpret, execution = mgpu_interpret.placement(purpose, port.arch(variant))
         fn = (port.make_backward(params, interpret=interpret) if backward
               else port.make(variant, params, interpret=interpret))
         return from_jax(fn, names, execution)

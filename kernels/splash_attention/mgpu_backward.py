@@ -203,9 +203,9 @@ def _mm(a_smem, b_smem, shape):
 
 
 def _tile(barriers, tiles, slot):
-    """A partial block's mask tile, once its TMA copy has landed."""
+    """A partial block's mask tile, read once its TMA copy has landed."""
     plgpu.barrier_wait(barriers.at[slot])
-    return tiles.at[slot]
+    return tiles.at[slot][...]
 
 
 def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret: Any = None):

@@ -262,7 +262,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
 
                 def tile():
                     plgpu.barrier_wait(tile_barriers.at[slot])
-                    return tile_smem.at[slot, wg]
+                    return tile_smem.at[slot, wg][...]
 
                 s = mgpu_mask.partial_block(
                     s, kind == PARTIAL, mask_function, tile,

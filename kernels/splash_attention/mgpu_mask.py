@@ -1,6 +1,6 @@
 """In-kernel masking shared by the forward, dQ and dK/dV kernels: a partial block's mask
 (from the mask function on iota, or from MaskInfo's tile in SMEM), segment ids, and the
-logit soft cap. Each works on a logits block in the accumulator's (WGMMA) layout."""
+logit soft cap. Each works on a logits block in registers, in the accumulator's layout."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 
-def iota(shape, dim: int, start):
-    """Global positions along ``dim`` of a block starting at ``start``."""
-    return plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=plgpu.Layout.WGMMA) + start
+def iota(shape, dim: int, start, layout=plgpu.Layout.WGMMA):
+    """Global positions along ``dim`` of a block starting at ``start``, in the layout of
+    the logits (Hopper's wgmma accumulator, or Blackwell's read from tensor memory)."""
+    return plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=layout) + start
 
 
 def soft_cap(s, cap: float | None):
@@ -39,11 +40,11 @@ def partial_block(s, is_partial, mask_function, tile: Callable[[], object],
     """-inf where a partial block's mask hides a logit; other blocks pass unchanged.
 
     ``mask_function(q_ids, kv_ids)`` on ``positions()`` when the mask has one, else the
-    0/1 tile that ``tile()`` waits for and returns (an SMEM ref). Both are called only
+    0/1 tile that ``tile()`` waits for and reads from SMEM. Both are called only
     inside the partial branch, so a full block neither builds iota nor waits."""
 
     def masked(s):
-        visible = tile()[...] > 0.5 if mask_function is None else mask_function(*positions())
+        visible = tile() > 0.5 if mask_function is None else mask_function(*positions())
         return jnp.where(visible, s, -jnp.inf)
 
     return lax.cond(is_partial, masked, lambda s: s, s)

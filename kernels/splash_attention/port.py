@@ -10,6 +10,10 @@ Two forward variants share one kernel source (``mgpu_forward``):
 ``mgpu_bwd`` is the backward: ``jax.vjp`` through the port (``mgpu_autodiff``), i.e. the
 forward kernel with logsumexp, then the dQ and dK/dV kernels (``mgpu_backward``),
 returning dq, dk, dv for the cotangent ``do``.
+
+``mgpu_sm100a`` and ``mgpu_sm100a_mask_tiles`` are the same two forward forms for
+Blackwell (``mgpu_forward_sm100``: tcgen05 MMA, accumulators in tensor memory), lowered
+for sm_100a and run only on a Blackwell GPU.
 """
 
 from __future__ import annotations
@@ -29,12 +33,21 @@ from kernels.splash_attention import (
     mgpu_autodiff,
     mgpu_backward,
     mgpu_forward,
+    mgpu_forward_sm100,
     upstream,
 )
 
-FORWARD_VARIANTS = ("mgpu", "mgpu_mask_tiles")
+FORWARD_VARIANTS = ("mgpu", "mgpu_mask_tiles")  # Hopper; their tiles are tunable
+BLACKWELL_VARIANTS = ("mgpu_sm100a", "mgpu_sm100a_mask_tiles")
 BACKWARD_VARIANTS = ("mgpu_bwd",)
-VARIANTS = (*FORWARD_VARIANTS, *BACKWARD_VARIANTS)
+VARIANTS = (*FORWARD_VARIANTS, *BLACKWELL_VARIANTS, *BACKWARD_VARIANTS)
+# Partial blocks from MaskInfo's tiles, not from the mask function on iota.
+MASK_TILE_VARIANTS = ("mgpu_mask_tiles", "mgpu_sm100a_mask_tiles")
+
+
+def arch(variant: str) -> str:
+    """The GPU architecture the variant's kernels are written for."""
+    return "sm_100a" if variant in BLACKWELL_VARIANTS else "sm_90a"
 
 
 def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
@@ -48,6 +61,19 @@ def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
     candidates = [mgpu_forward.TuningConfig(64, block_kv, 2) for block_kv in (128, 64)]
     for config in candidates:
         if (mgpu_forward.smem_bytes(problem(params), config, has_tiles=True)
+                <= mgpu_forward.SMEM_LIMIT_BYTES):
+            return config
+    return candidates[-1]  # over budget even so: build() fails naming it
+
+
+def blackwell_tuning(params: dict[str, Any]) -> mgpu_forward_sm100.TuningConfig:
+    """The sm_100a forward's tile choice: the first of (block_kv, stages) = (128, 2),
+    (64, 2), (64, 1) whose shared memory fits the budget with the partial-tile ring (so
+    both Blackwell variants take the same tiles); tensor memory always fits."""
+    candidates = [mgpu_forward_sm100.TuningConfig(block_kv, stages)
+                  for block_kv, stages in ((128, 2), (64, 2), (64, 1))]
+    for config in candidates:
+        if (mgpu_forward_sm100.smem_bytes(problem(params), config, has_tiles=True)
                 <= mgpu_forward.SMEM_LIMIT_BYTES):
             return config
     return candidates[-1]  # over budget even so: build() fails naming it
@@ -120,16 +146,26 @@ def _mask(params: dict[str, Any]) -> splash.MultiHeadMask:
 
 
 def plan(variant: str, params: dict[str, Any]) -> block_plan.BlockPlan:
-    config = tuning(params)
+    if variant in BLACKWELL_VARIANTS:
+        block_q, block_kv = mgpu_forward_sm100.BLOCK_Q, blackwell_tuning(params).block_kv
+    else:
+        config = tuning(params)
+        block_q, block_kv = config.block_q, config.block_kv
     return _plan(json.dumps(params["mask"], sort_keys=True), params["heads_q"],
-                 params["seq_len"], config.block_q, config.block_kv,
-                 variant == "mgpu_mask_tiles")
+                 params["seq_len"], block_q, block_kv, variant in MASK_TILE_VARIANTS)
 
 
 def make(variant: str, params: dict[str, Any], interpret=None):
     """``f(q, k, v)`` on the case's [H, S, D] inputs (K is transposed to [H, D, S] first)."""
-    forward = mgpu_forward.make(problem(params), tuning(params), plan(variant, params),
-                                interpret=interpret)
+    if variant in BLACKWELL_VARIANTS:
+        if interpret is not None:
+            raise ValueError(f"{variant}: no interpreter runs an sm_100a kernel (tcgen05, "
+                             "tensor memory)")
+        forward = mgpu_forward_sm100.make(problem(params), blackwell_tuning(params),
+                                          plan(variant, params))
+    else:
+        forward = mgpu_forward.make(problem(params), tuning(params), plan(variant, params),
+                                    interpret=interpret)
 
     seg = segment_ids(params)
     segments = () if seg is None else (seg.q, seg.kv)
@@ -202,10 +238,40 @@ def build_backward(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def build_blackwell(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Lower for sm_100a; grid, block, shared memory and tensor-memory columns against
+    their limits, the MMA's kind, block census."""
+    config = blackwell_tuning(params)
+    the_plan = plan(variant, params)
+    try:
+        mgpu_forward_sm100.check(problem(params), config, the_plan.mask_function is None)
+    except ValueError as error:
+        raise ValueError(f"{variant} at {params}: {error}") from None
+    lowered = mgpu_lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
+    (launch,) = lowered["launches"]
+    return {
+        "artifacts": [{
+            "target": "cuda sm_100a",
+            "kind": "Pallas Mosaic GPU kernel for Blackwell (lowered on CPU, not run)",
+            "seconds": lowered["seconds"],
+            "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
+                      "tuning": {"block_q": mgpu_forward_sm100.BLOCK_Q,
+                                 "block_kv": config.block_kv, "stages": config.stages},
+                      "mask_source": ("MaskInfo partial tiles (TMA)"
+                                      if the_plan.mask_function is None
+                                      else "upstream mask function on iota")}}],
+        "block_census": the_plan.census(),
+        "block_table_heads": the_plan.mask_heads,
+    }
+
+
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Lower for sm_90a; grid, block, shared memory against the limit, block census."""
+    """Lower for the variant's architecture; grid, block, shared memory against the
+    limit (and tensor memory on sm_100a), block census."""
     if variant in BACKWARD_VARIANTS:
         return build_backward(params)
+    if variant in BLACKWELL_VARIANTS:
+        return build_blackwell(variant, params)
     config = tuning(params)
     the_plan = plan(variant, params)
     budget = mgpu_forward.smem_bytes(problem(params), config, the_plan.mask_function is None)
