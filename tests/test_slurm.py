@@ -95,9 +95,9 @@ def runs(cluster, tmp_path_factory):
     the executor's status checks (the SLURM run is mostly waiting)."""
     remote = cluster_project(tmp_path_factory.mktemp("remote"))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        local = pool.submit(finished_run, tmp_path_factory, CASE)
+        local_run = pool.submit(finished_run, tmp_path_factory, CASE)
         done = on_cluster(remote)
-        local = local.result()
+        local = local_run.result()
     assert done.returncode == 0, done.stderr[-6000:]
     return local, remote, done.stdout + done.stderr
 

@@ -345,10 +345,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
         grid_names=("heads", "q_blocks"),
         scratch_types=scratch_types(problem, config, has_tiles), interpret=interpret,
         **threads)
-    tables = tuple(jnp.asarray(a) for a in (block_plan.kv_block, block_plan.kind,
-                                            block_plan.mask_block, block_plan.count))
-    tiles = jnp.asarray(block_plan.partial_blocks if has_tiles
-                        else np.zeros((1, bq, bkv), bool), dtype)
+    tables, tiles = plan_operands(block_plan, (bq, bkv), dtype)
     tiles = tiles.reshape(tiles.shape[0], wgs, rows, bkv)  # each warpgroup's rows
 
     def forward(q, k_t, v, q_seg=None, kv_seg=None):
@@ -359,6 +356,16 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
         return outs if problem.return_lse else outs[0]
 
     return forward
+
+
+def plan_operands(block_plan: BlockPlan, tile_shape: tuple[int, int], dtype):
+    """A forward kernel's block-table operands (kv block, kind, mask block, count) and
+    its partial tiles in ``dtype`` (one zero tile when the mask has a function)."""
+    tables = tuple(jnp.asarray(a) for a in (block_plan.kv_block, block_plan.kind,
+                                            block_plan.mask_block, block_plan.count))
+    tiles = jnp.asarray(block_plan.partial_blocks if block_plan.mask_function is None
+                        else np.zeros((1, *tile_shape), bool), dtype)
+    return tables, tiles
 
 
 def check_inputs(mask, q, k, v, segment_ids=None):

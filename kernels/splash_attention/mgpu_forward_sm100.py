@@ -34,7 +34,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -47,6 +46,7 @@ from kernels.splash_attention.mgpu_forward import (
     M_FLOOR,
     SMEM_LIMIT_BYTES,  # sm_100's opt-in dynamic shared memory per block is Hopper's
     Problem,
+    plan_operands,
 )
 
 BLOCK_Q = 128  # the MMA's M with one CTA: the 128 lanes of tensor memory
@@ -244,10 +244,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan):
             (problem.heads_q, problem.seq_q, problem.head_dim_v), dtype),
         grid=(problem.heads_q, q_blocks), grid_names=("heads", "q_blocks"),
         scratch_types=scratch_types(problem, config, has_tiles))
-    tables = tuple(jnp.asarray(a) for a in (block_plan.kv_block, block_plan.kind,
-                                            block_plan.mask_block, block_plan.count))
-    tiles = jnp.asarray(block_plan.partial_blocks if has_tiles
-                        else np.zeros((1, BLOCK_Q, bkv), bool), dtype)
+    tables, tiles = plan_operands(block_plan, (BLOCK_Q, bkv), dtype)
 
     def forward(q, k_t, v, q_seg=None, kv_seg=None):
         extra = ()

@@ -238,6 +238,24 @@ def build_backward(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _forward_build(variant: str, params: dict[str, Any], the_plan: block_plan.BlockPlan,
+                   target: str, kind: str, tuning_facts: dict[str, int]) -> dict[str, Any]:
+    """Lower a forward variant, budgets checked: its launch facts and block census."""
+    lowered = mgpu_lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
+    (launch,) = lowered["launches"]
+    return {
+        "artifacts": [{
+            "target": target, "kind": kind, "seconds": lowered["seconds"],
+            "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
+                      "tuning": tuning_facts,
+                      "mask_source": ("MaskInfo partial tiles (TMA)"
+                                      if the_plan.mask_function is None
+                                      else "upstream mask function on iota")}}],
+        "block_census": the_plan.census(),
+        "block_table_heads": the_plan.mask_heads,
+    }
+
+
 def build_blackwell(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     """Lower for sm_100a; grid, block, shared memory and tensor-memory columns against
     their limits, the MMA's kind, block census."""
@@ -247,22 +265,11 @@ def build_blackwell(variant: str, params: dict[str, Any]) -> dict[str, Any]:
         mgpu_forward_sm100.check(problem(params), config, the_plan.mask_function is None)
     except ValueError as error:
         raise ValueError(f"{variant} at {params}: {error}") from None
-    lowered = mgpu_lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
-    (launch,) = lowered["launches"]
-    return {
-        "artifacts": [{
-            "target": "cuda sm_100a",
-            "kind": "Pallas Mosaic GPU kernel for Blackwell (lowered on CPU, not run)",
-            "seconds": lowered["seconds"],
-            "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
-                      "tuning": {"block_q": mgpu_forward_sm100.BLOCK_Q,
-                                 "block_kv": config.block_kv, "stages": config.stages},
-                      "mask_source": ("MaskInfo partial tiles (TMA)"
-                                      if the_plan.mask_function is None
-                                      else "upstream mask function on iota")}}],
-        "block_census": the_plan.census(),
-        "block_table_heads": the_plan.mask_heads,
-    }
+    return _forward_build(
+        variant, params, the_plan, "cuda sm_100a",
+        "Pallas Mosaic GPU kernel for Blackwell (lowered on CPU, not run)",
+        {"block_q": mgpu_forward_sm100.BLOCK_Q, "block_kv": config.block_kv,
+         "stages": config.stages})
 
 
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -278,20 +285,8 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     if budget > mgpu_forward.SMEM_LIMIT_BYTES:
         raise ValueError(f"{variant} at {params}: {budget} bytes of shared memory exceed the "
                          f"{mgpu_forward.SMEM_LIMIT_BYTES}-byte limit ({config})")
-    lowered = mgpu_lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
-    (launch,) = lowered["launches"]
-    return {
-        "artifacts": [{
-            "target": "cuda sm_90a",
-            "kind": "Pallas Mosaic GPU kernel (lowered on CPU, not run)",
-            "seconds": lowered["seconds"],
-            "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
-                      "tuning": {"block_q": config.block_q, "block_kv": config.block_kv,
-                                 "stages": config.stages,
-                                 "compute_warpgroups": config.compute_wgs},
-                      "mask_source": ("MaskInfo partial tiles (TMA)"
-                                      if the_plan.mask_function is None
-                                      else "upstream mask function on iota")}}],
-        "block_census": the_plan.census(),
-        "block_table_heads": the_plan.mask_heads,
-    }
+    return _forward_build(
+        variant, params, the_plan, "cuda sm_90a",
+        "Pallas Mosaic GPU kernel (lowered on CPU, not run)",
+        {"block_q": config.block_q, "block_kv": config.block_kv, "stages": config.stages,
+         "compute_warpgroups": config.compute_wgs})
