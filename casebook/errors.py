@@ -83,7 +83,8 @@ def reported(job: Any) -> Iterator[None]:
 
     end_with_run()
     entered = time.time()
-    with open(job.log[0], "w") as log, contextlib.redirect_stderr(log):
+    # Line-buffered: a job killed at its budget (SIGTERM flushes nothing) keeps its lines.
+    with open(job.log[0], "w", buffering=1) as log, contextlib.redirect_stderr(log):
         try:
             yield
         except CasebookError as error:

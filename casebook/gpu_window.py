@@ -10,6 +10,9 @@ outcome) and packs ``results/<target>/`` and the logs into one archive
 
     python -m casebook.gpu_window --dry-run [--target h200]   # the plan and its budgets
     python -m casebook.gpu_window --out DIR [--target h200]   # run it, archive in DIR
+
+``--plan`` names another plan: configs/gpu-window-short.yaml fits the five minutes or so
+of device time a session may have left after a full window.
 """
 
 from __future__ import annotations
@@ -170,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--target", help="the device class (default: this host's)")
     parser.add_argument("--out", type=Path, help="where the archive goes")
+    parser.add_argument("--plan", type=Path, default=WINDOW_CONFIG,
+                        help="the window's plan (default configs/gpu-window.yaml)")
     args = parser.parse_args(argv)
     try:
-        window = load()
+        window = load(args.plan)
         found = host_target()
         target = args.target or found
         if args.dry_run:

@@ -1,4 +1,5 @@
-"""Keep Snakemake's local scheduler from re-planning in a loop that grows with every job.
+"""Snakemake's local scheduler as casebook runs it: no re-planning loop that grows with
+every job, and one GPU job at a time.
 
 Snakemake's command line caps job starts at 100 per second by default
 (`--max-jobs-per-timespan 100/1s`). With that cap set, every scheduling pass that leaves
@@ -8,11 +9,19 @@ scheduler makes about n passes a second, each walking every waiting job's inputs
 cold 2-core run of 370 jobs that was 1,904 CPU-seconds of Snakemake's own, a third of the
 run (benchmarks/results/pipeline_time.json). Local jobs start only as cores free up, so the
 cap limits nothing there; remote executors keep it (it spaces their submissions).
+
+Every job that asks for a GPU (``resources: gpu``) uses device 0 (``casebook.measure.gpu``).
+Locally Snakemake limits a resource only when the run names it (``--resources``), so an
+H200 host once ran 36 such jobs at once: each process's XLA client took its share of the
+device's memory, and the rest failed with "out of memory" or "no supported devices". A
+local run without ``--resources gpu=N`` runs them one at a time.
 """
 
 from __future__ import annotations
 
 import os
+
+GPU = "gpu"  # the resource every job that runs on the device asks for
 
 # The cores of the Snakemake run a job belongs to, in its environment: a job that got
 # fewer (``threads``) ran beside other jobs. Not a param, which would rerun every job of a
@@ -40,4 +49,14 @@ def drop_rate_limit(workflow) -> bool:
     if not workflow.local_exec or getattr(scheduler, "job_rate_limiter", None) is None:
         return False
     scheduler.job_rate_limiter = None
+    return True
+
+
+def one_gpu_job_at_a_time(workflow) -> bool:
+    """Limit a local run's ``gpu`` resource to 1 unless ``--resources`` set it; True if
+    this set it. Call while the Snakefile is parsed, before the scheduler exists. A
+    cluster's run is left as it is (each job gets its own node's GPUs)."""
+    if not workflow.local_exec or workflow.global_resources.get(GPU).value is not None:
+        return False
+    workflow.global_resources[GPU] = 1
     return True

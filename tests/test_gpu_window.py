@@ -40,6 +40,18 @@ def test_the_plan_fits_one_device_command_and_the_dry_run_prints_it():
     assert "tests/test_grouped_gemm_gpu.py" in done.stdout
 
 
+def test_the_short_plan_is_valid_shorter_and_named_by_plan():
+    short = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("gpu-window-short.yaml"))
+    assert short["total_s"] < gpu_window.load()["total_s"]
+    done = subprocess.run(["bash", str(paths.SOURCE_ROOT / "benchmarks" / "gpu_run.sh"),
+                           "--dry-run", "--target", "h200", "--plan",
+                           "configs/gpu-window-short.yaml"], capture_output=True, text=True,
+                          env={**os.environ, "CASEBOOK_PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr
+    assert f"at most {short['total_s']:g} s in all" in done.stdout
+    assert "tests/test_grouped_gemm_gpu.py" not in done.stdout
+
+
 def test_budgets_over_the_window_are_refused(tmp_path):
     window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
     window["steps"][0]["budget_s"] = window["total_s"]

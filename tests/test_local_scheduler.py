@@ -1,8 +1,10 @@
 """Snakemake's local scheduler makes one pass per finished job with the job-start cap
-dropped, and about n^2/2 passes for n queued jobs with it (casebook/local_scheduler.py)."""
+dropped, and about n^2/2 passes for n queued jobs with it; a local run starts one GPU job
+at a time unless --resources says otherwise (casebook/local_scheduler.py)."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import types
@@ -50,3 +52,46 @@ def test_a_remote_run_keeps_its_cap():
                                      scheduler=types.SimpleNamespace(job_rate_limiter=limiter))
     assert not local_scheduler.drop_rate_limit(workflow)
     assert workflow.scheduler.job_rate_limiter is limiter
+
+
+GPU_SNAKEFILE = """
+from casebook import local_scheduler
+
+local_scheduler.one_gpu_job_at_a_time(workflow)
+
+rule all:
+    input: expand("span{i}", i=range(3))
+
+rule on_device:
+    output: "span{i}"
+    resources: gpu=1
+    shell: "date +%s.%N > {output}; sleep 1; date +%s.%N >> {output}"
+"""
+
+
+def _spans(tmp_path, *args: str) -> list[tuple[float, float]]:
+    (tmp_path / "Snakefile").write_text(GPU_SNAKEFILE)
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "3", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spans = [tuple(map(float, (tmp_path / f"span{i}").read_text().split())) for i in range(3)]
+    return sorted(spans)
+
+
+def _overlaps(spans) -> int:
+    return sum(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
+
+
+def test_a_local_run_starts_one_gpu_job_at_a_time(tmp_path):
+    assert _overlaps(_spans(tmp_path)) == 0
+
+
+def test_resources_named_on_the_command_line_are_kept(tmp_path):
+    """The control: --resources gpu=3 lets the three jobs share the device at once."""
+    assert _overlaps(_spans(tmp_path, "--resources", "gpu=3")) == 2
+
+
+def test_a_cluster_run_is_left_to_its_nodes():
+    workflow = types.SimpleNamespace(local_exec=False, global_resources={})
+    assert not local_scheduler.one_gpu_job_at_a_time(workflow)
+    assert workflow.global_resources == {}

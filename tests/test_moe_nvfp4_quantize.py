@@ -70,3 +70,39 @@ def test_quantize_lowers_for_sm90a_at_an_upstream_benchmark_shape(config):
                                              jax.ShapeDtypeStruct((e,), jnp.float32),
                                              jax.ShapeDtypeStruct((e,), jnp.int32)))["launches"]
     assert launch["grid"] == [m // 128, e, 1] and launch["block"] == [128, 1, 1]
+
+
+def _store_kernel(width: int, staged: bool):
+    """One CTA storing a [64, width] uint8 tile's valid rows, as the kernels do."""
+    from jax.experimental import pallas as pl  # noqa: F401  (plgpu needs pallas loaded)
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from kernels.moe_nvfp4 import mgpu_mainloop as loop
+
+    def body(rows_ref, out_ref, tile, staging=None):
+        tile[...] = jnp.zeros((64, width), jnp.uint8)
+        plgpu.commit_smem()
+        loop.store_valid_rows(tile, out_ref, 0, 0, 0, rows_ref[0], 64, width, staging)
+        plgpu.wait_smem_to_gmem(0)
+
+    scratch = {"tile": plgpu.SMEM((64, width), jnp.uint8)}
+    if staged:
+        scratch["staging"] = loop.row_staging(64, width, jnp.uint8)
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((1, 64, width), jnp.uint8),
+                        grid=(1,), grid_names=("x",), scratch_types=scratch)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("width", [16, 64])
+def test_rows_narrower_than_tma_alignment_are_staged_or_refused(width):
+    """An H200 raised "misaligned address" when 64- and 16-byte rows of a partial block
+    went one by one by TMA from the tile itself: such a store is refused at trace time,
+    and lowers with a staging buffer of one 128-byte unit per row."""
+    from kernels.moe_nvfp4 import mgpu_mainloop as loop
+
+    shapes = (jax.ShapeDtypeStruct((1,), jnp.int32),)
+    with pytest.raises(ValueError, match="128-byte aligned"):
+        mgpu_lowering.lower_for_cuda(_store_kernel(width, staged=False), shapes)
+    (launch,) = mgpu_lowering.lower_for_cuda(_store_kernel(width, staged=True), shapes)["launches"]
+    assert launch["dynamic_smem_bytes"] >= 64 * width + 64 * loop.TMA_SMEM_ALIGN
+    assert loop.row_staging(64, 64, jnp.bfloat16) is None  # 128-byte rows need none

@@ -11,6 +11,7 @@ process ran on one CPU (``pinning``, done before jax starts) goes into the recor
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -270,7 +271,18 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
             throttling={"monitored": monitor.monitored, "description": monitor.description,
                         "discarded": sum(r["discarded"] for r in s.rows)},
             guards=checks[name], rows=s.rows, wall_s=wall)
+        _report(name, out[name])
     return out
+
+
+def _report(name: str, m: Measurement) -> None:
+    """One line per workload on stderr (the job's log): a measurement stopped by its
+    job's budget has said how far it got."""
+    kept = m.kept
+    median = f"{np.median(kept) * 1e6:.2f} µs" if kept else "none"
+    sys.stderr.write(f"measured {name}: {len(kept)} kept, "
+                     f"{m.throttling['discarded']} discarded (throttled), median {median}, "
+                     f"{m.wall_s:.2f} s, clock {m.clock_kind}; {m.stop_reason}\n")
 
 
 def _sample(s: _Subject, clock, monitor, repeat: int, round_: int, began: float) -> int:

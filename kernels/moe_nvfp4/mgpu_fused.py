@@ -49,7 +49,9 @@ def scratch_types(config: FusedConfig) -> dict:
     bm = config.block_m
     return {**loop.scratch_types(bm, 4, config.stages),
             "q_smem": plgpu.SMEM((bm, 64), jnp.uint8),
-            "s_smem": plgpu.SMEM((bm, 16), jnp.uint8)}
+            "s_smem": plgpu.SMEM((bm, 16), jnp.uint8),
+            "q_rows": loop.row_staging(bm, 64, jnp.uint8),
+            "s_rows": loop.row_staging(bm, 16, jnp.uint8)}
 
 
 def smem_bytes(config: FusedConfig) -> int:
@@ -105,9 +107,11 @@ def make(experts: int, m: int, n: int, k: int, config: FusedConfig, interpret: A
                 merge_scale_bytes(smem["s_smem"], scale_bytes, half)
                 plgpu.commit_smem()
                 column = (2 * block + half) * 64  # packed bytes: 128 act columns
-                loop.store_valid_rows(smem["q_smem"], q_ref, e, m0, column, rows, bm, 64)
+                loop.store_valid_rows(smem["q_smem"], q_ref, e, m0, column, rows, bm, 64,
+                                      smem["q_rows"])
                 plgpu.wait_smem_to_gmem(0)  # q_smem is rewritten by the next pass
-            loop.store_valid_rows(smem["s_smem"], s_ref, e, m0, block * 16, rows, bm, 16)
+            loop.store_valid_rows(smem["s_smem"], s_ref, e, m0, block * 16, rows, bm, 16,
+                                  smem["s_rows"])
             plgpu.wait_smem_to_gmem(0)
 
     call = plgpu.kernel(

@@ -34,6 +34,7 @@ from kernels.moe_nvfp4 import decode
 SMEM_LIMIT_BYTES = 232_448  # Hopper's opt-in dynamic shared memory per block (227 KiB)
 K_STEP = 256  # K per pipeline step: 16 scale bytes per row, the smallest TMA box (16 B)
 HALF = 64  # bytes of packed K per half step (128 K values): one 64-wide tile per nibble
+TMA_SMEM_ALIGN = 128  # bytes: the alignment of a TMA copy's shared-memory address
 WGMMA = plgpu.Layout.WGMMA
 
 
@@ -154,9 +155,30 @@ def k_loop(refs, smem: dict, e, m0, b_columns: Callable[[int], object], *, block
     lax.fori_loop(0, k_steps, step, 0)
 
 
-def store_valid_rows(o_smem, out_ref, e, m0, n0, rows, block_m: int, width: int) -> None:
+def row_staging(block_m: int, width: int, dtype) -> plgpu.SMEM | None:
+    """The shared memory ``store_valid_rows`` stages a partial block's rows in, when a
+    row of ``width`` elements is not a whole number of TMA_SMEM_ALIGN-byte units; else
+    None (rows are stored from the tile itself)."""
+    row_bytes = width * jnp.dtype(dtype).itemsize
+    if row_bytes % TMA_SMEM_ALIGN == 0:
+        return None
+    return plgpu.SMEM((block_m, TMA_SMEM_ALIGN // jnp.dtype(dtype).itemsize), dtype)
+
+
+def store_valid_rows(o_smem, out_ref, e, m0, n0, rows, block_m: int, width: int,
+                     staging=None) -> None:
     """Copy a [block_m, width] tile to out[e, m0:, n0:], only rows < ``rows``: whole
-    when full, else row by row (the last, partial block of an expert)."""
+    when full, else row by row (the last, partial block of an expert).
+
+    A TMA copy's shared-memory address must be TMA_SMEM_ALIGN-byte aligned (an H200
+    raised "misaligned address" for 64- and 16-byte rows sent one by one): a row at
+    ``r * row bytes`` is only when the row is a whole number of such units. Narrower rows
+    are first copied, through registers, to ``staging`` (``row_staging``), one row per
+    aligned unit. A tile that needs staging and gets none is refused at trace time."""
+    row_bytes = width * jnp.dtype(o_smem.dtype).itemsize
+    if row_bytes % TMA_SMEM_ALIGN and staging is None:
+        raise ValueError(f"rows of {row_bytes} bytes are not {TMA_SMEM_ALIGN}-byte aligned "
+                         "in shared memory: pass staging=row_staging(...)")
 
     @pl.when(m0 + block_m <= rows)
     def _():
@@ -164,9 +186,18 @@ def store_valid_rows(o_smem, out_ref, e, m0, n0, rows, block_m: int, width: int)
 
     @pl.when(m0 + block_m > rows)
     def _():
+        if staging is not None:
+            staging[:, pl.ds(0, width)] = o_smem[...]
+            plgpu.commit_smem()
+
         def store_row(r, carry):
-            plgpu.copy_smem_to_gmem(o_smem.at[pl.ds(r, 1)],
-                                    out_ref.at[e, pl.ds(m0 + r, 1), pl.ds(n0, width)])
+            if staging is None:
+                source, dest = o_smem.at[pl.ds(r, 1)], out_ref.at[e, pl.ds(m0 + r, 1),
+                                                                   pl.ds(n0, width)]
+            else:
+                source, dest = (staging.at[r, pl.ds(0, width)],
+                                out_ref.at[e, m0 + r, pl.ds(n0, width)])
+            plgpu.copy_smem_to_gmem(source, dest)
             return carry
 
         lax.fori_loop(0, rows - m0, store_row, 0)

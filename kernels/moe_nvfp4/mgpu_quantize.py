@@ -31,7 +31,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import arguments, encode
-from kernels.moe_nvfp4.mgpu_mainloop import WGMMA, store_valid_rows, swizzled
+from kernels.moe_nvfp4.mgpu_mainloop import WGMMA, row_staging, store_valid_rows, swizzled
 
 K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
 SCALE_LAYOUTS = ("row_major", "swizzled_128x4")
@@ -104,8 +104,8 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
         plgpu.copy_smem_to_gmem(atoms_smem, s_ref.at[e, lax.axis_index("m_blocks"),
                                                      pl.ds(4 * pair, 4)])
 
-    def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, barrier,
-             atoms_smem=None):
+    def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, q_rows, s_rows,
+             barrier, atoms_smem=None):
         e = lax.axis_index("experts")
         m0 = lax.axis_index("m_blocks") * bm
         rows = masked_ref[e]
@@ -125,14 +125,15 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
                 half = lax.rem(t, 2)
                 merge_scale_bytes(s_smem, scale_bytes, half)
                 plgpu.commit_smem()
-                store_valid_rows(q_smem, q_ref, e, m0, t * 64, rows, bm, 64)
+                store_valid_rows(q_smem, q_ref, e, m0, t * 64, rows, bm, 64, q_rows)
 
                 @pl.when(half == 1)
                 def _():
                     if swizzle:
                         store_atoms(s_smem, atoms_smem, s_ref, e, t // 2)
                     else:
-                        store_valid_rows(s_smem, s_ref, e, m0, (t - 1) * 8, rows, bm, 16)
+                        store_valid_rows(s_smem, s_ref, e, m0, (t - 1) * 8, rows, bm, 16,
+                                         s_rows)
 
                 plgpu.wait_smem_to_gmem(0)
                 return carry
@@ -141,6 +142,7 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
 
     scratch = dict(x_smem=swizzled((bm, 64), jnp.uint32, 128),
                    q_smem=plgpu.SMEM((bm, 64), jnp.uint8), s_smem=plgpu.SMEM((bm, 16), jnp.uint8),
+                   q_rows=row_staging(bm, 64, jnp.uint8), s_rows=row_staging(bm, 16, jnp.uint8),
                    barrier=plgpu.Barrier(num_arrivals=1))
     # The 128x4 layout as [E, M/128, K/64, 32, 16]: one [4, 32, 16] box per 256 K.
     scales_shape = (experts, m // 128, k // 64, 32, 16) if swizzle else (experts, m, k // 16)

@@ -1,6 +1,8 @@
 # Stage 3: lower/compile each variant at each point of the case's grid (one job per
 # verified point, so that changing a point rebuilds and reverifies it alone; one job for a
-# variant's build-only points), then gather the variant's build record.
+# variant's build-only points), then gather the variant's build record. Lowering needs no
+# GPU (its jobs keep jax off the device: casebook.off_device), so these are CPU jobs on a
+# cluster too, and run beside the GPU jobs on a GPU host.
 
 
 rule lower:
@@ -13,9 +15,6 @@ rule lower:
         config=job_config("variant", "point"),
     log:
         paths.log("build", "{target}", "{case}", "{variant}", "{point}"),
-    resources:
-        gpu=target_gpus,
-        constraint=target_constraint,
     script:
         "../scripts/lower.py"
 
@@ -31,9 +30,6 @@ rule lower_build_only:
         config=build_only_config,
     log:
         paths.log("build", "{target}", "{case}", "{variant}", "build_only_points"),
-    resources:
-        gpu=target_gpus,
-        constraint=target_constraint,
     script:
         "../scripts/lower_build_only.py"
 

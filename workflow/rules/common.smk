@@ -26,6 +26,8 @@ try:
     local_scheduler.publish_cores(workflow.cores)
 except WorkflowError:
     pass
+# Jobs on the device take it one at a time locally (local_scheduler.one_gpu_job_at_a_time).
+local_scheduler.one_gpu_job_at_a_time(workflow)
 
 try:
     # Every config error before any job: one line naming the one file (or --config) that

@@ -1,8 +1,11 @@
 """Snakemake script: stage 4b, run one point's mutants through verify's own check."""
 
-from casebook import check_power
+from casebook import off_device
 from casebook.errors import reported
 
+off_device.stay_on_host()  # the mutants are host numerics
 with reported(snakemake):
+    from casebook import check_power  # after stay_on_host: jax reads JAX_PLATFORMS on import
+
     w = snakemake.wildcards
     check_power.run(snakemake.config["case_dir"], w.case, w.point, w.target, snakemake.output[0])

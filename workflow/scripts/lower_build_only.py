@@ -1,9 +1,12 @@
 """Snakemake script: stage 3, lower one variant of a case at all its build-only points."""
 
-from casebook import build
+from casebook import off_device
 from casebook.errors import reported
 
+off_device.stay_on_host()  # lowering for CUDA needs no device
 with reported(snakemake):
+    from casebook import build  # after stay_on_host: jax reads JAX_PLATFORMS on import
+
     w = snakemake.wildcards
     build.lower_build_only(snakemake.config["case_dir"], w.case, w.variant, w.target,
                            snakemake.output[0])
