@@ -1,5 +1,5 @@
 """The Mosaic GPU interpreter as every case uses it: NaN memory, race detection, the
-one interpreter gap of jax 0.10.2 the kernels meet (closed without changing a kernel),
+two interpreter gaps of jax 0.10.2 the kernels meet (closed without changing a kernel),
 and the host thread pool that warp-specialised kernels need.
 
 ``plgpu.layout_cast`` (also bound by ``plgpu.broadcasted_iota(..., layout=...)``) is a
@@ -8,6 +8,14 @@ operand unchanged). The interpreter runs kernels through XLA on the host, which 
 rule for it. Registering the identity as its CPU lowering lets the interpreter run the
 very jaxpr that is lowered for sm_90a; on a GPU the Mosaic lowering rule is used as
 before (this registers nothing for CUDA).
+
+jax 0.10.2's interpreter runs each warpgroup of a CTA by jitting a function it defines
+anew on every call (``thread_map._run_jaxpr``), so JAX's caches never hit: every
+warpgroup of every CTA of every call was traced and compiled by XLA again (12
+compilations of 1.3–1.8 s for one call of a 4-CTA, 3-warpgroup forward). jax 0.11
+defines that function once, at module level, "so that caching works properly";
+``cache_thread_bodies`` gives 0.10.2 the same: the same jaxpr evaluated the same way,
+compiled once per kernel. Where the module already has it, nothing changes.
 """
 
 from __future__ import annotations
@@ -72,13 +80,42 @@ def check_host_pool(warpgroups: int) -> None:
 
 
 @functools.cache
-def enable_layout_cast_on_host() -> None:
-    """Idempotent: the identity CPU lowering of ``layout_cast``."""
+def prepare_host_interpreter() -> None:
+    """Idempotent: the identity CPU lowering of ``layout_cast``, and warpgroup bodies
+    compiled once (``cache_thread_bodies``)."""
     from jax._src.interpreters import mlir
     from jax._src.pallas.mosaic_gpu import core as mosaic_gpu_core
 
     mlir.register_lowering(mosaic_gpu_core.layout_cast_p,
                            lambda ctx, x, new_layout: [x], platform="cpu")
+    cache_thread_bodies()
+
+
+def _eval_thread_body(jaxpr, consts, *args):
+    """One warpgroup's body: a module-level function, so its jit is cached."""
+    from jax import core as jax_core
+
+    jax_core.eval_jaxpr(jaxpr, consts, *args)
+
+
+def _run_thread_body(jaxpr, consts, *args):
+    """What jax 0.11's ``thread_map._run_jaxpr`` does: trace, lower, compile (all cached
+    after the first warpgroup) and run."""
+    import jax
+
+    traced = jax.jit(_eval_thread_body, static_argnums=(0,)).trace(jaxpr, consts, *args)
+    traced.lower().compile()(consts, *args)
+
+
+def cache_thread_bodies() -> bool:
+    """Give jax 0.10.2's interpreter jax 0.11's cached warpgroup bodies; whether the
+    module needed it (jax 0.11 has its own module-level ``_run``)."""
+    from jax._src.pallas.mosaic.interpret import thread_map
+
+    if hasattr(thread_map, "_run"):
+        return False
+    thread_map._run_jaxpr = _run_thread_body
+    return True
 
 
 # The GPU each kernel architecture runs on: compute capability, and what it is called.

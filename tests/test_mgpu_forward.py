@@ -129,6 +129,42 @@ def test_a_pipeline_process_interprets_three_warpgroups_without_starving(rng):
     assert int(workers) >= mgpu_interpret.MIN_POOL_WORKERS and variable == "None"
 
 
+@pytest.mark.timeout(300)
+def test_a_second_call_compiles_nothing(rng, interpreter):
+    """The interpreter runs each of the 3 warpgroups of each CTA as its own XLA
+    computation; jax 0.10.2 compiled each again on every call (12 compilations of
+    1.3-1.8 s for this kernel) until ``cache_thread_bodies``. Fresh inputs each call, both
+    checked against the oracle."""
+    from jax import monitoring
+
+    mask = mask_of("causal", 2, rng, 256)
+    problem = mgpu_forward.Problem(2, 2, 256, 256, 64, 64, "float16")
+    forward = jax.jit(mgpu_forward.make(
+        problem, mgpu_forward.TuningConfig(128, 64, 2, compute_wgs=2),
+        block_plan.plan(mask, 128, 64), interpret=interpreter))
+    compiled = []
+
+    def count(event, seconds, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(seconds)
+
+    monitoring.register_event_duration_secs_listener(count)
+    try:
+        for call in range(2):
+            q, k, v = inputs(rng, 2, 2, 64, 64, "float16", 256)
+            before = len(compiled)
+            got = jax.block_until_ready(forward(jnp.asarray(q), jnp.swapaxes(k, 1, 2), v))
+            want = oracle_f64.attention(q, k, v, dense(mask))
+            assert compare(np.asarray(got, np.float64), want, *TOL["float16"])["passed"]
+            assert call == 0 or len(compiled) == before, (
+                f"call {call} compiled {len(compiled) - before} computations")
+    finally:
+        from jax._src import monitoring as monitoring_state
+        monitoring_state.unregister_event_duration_listener(count)
+    assert compiled, "the first call compiled nothing: the listener saw no compilation"
+    assert not mgpu_interpret.races_found()
+
+
 def test_too_few_host_workers_is_refused_not_hung(rng, monkeypatch):
     monkeypatch.setattr(mgpu_interpret, "_pool_workers", 2)
     mask = mask_of("causal", 1, rng)

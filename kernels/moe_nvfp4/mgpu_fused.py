@@ -71,7 +71,7 @@ def make(experts: int, m: int, n: int, k: int, config: FusedConfig, interpret: A
                          f"({bm}, {ACT_BLOCK}, {loop.K_STEP})")
     loop.check_budget(str(config), scratch_types(config))
     if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
+        mgpu_interpret.prepare_host_interpreter()
 
     def body(a_ref, sa_ref, w_ref, sw_ref, alpha_ref, gs_ref, masked_ref, q_ref, s_ref,
              **smem):

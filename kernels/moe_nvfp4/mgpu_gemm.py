@@ -85,7 +85,7 @@ def make(problem: Problem, config: TuningConfig, interpret: Any = None):
     m_blocks, n_blocks = problem.m // bm, problem.n // bn
     tiles = problem.experts * n_blocks * m_blocks
     if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
+        mgpu_interpret.prepare_host_interpreter()
 
     def tile(refs, smem, alpha_ref, masked_ref, out_ref, e, n_block, m_block):
         m0, n0 = m_block * bm, n_block * bn

@@ -91,7 +91,7 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
     if k % 256 or m % bm:
         raise ValueError(f"k={k} must be a multiple of 256 and m={m} of block_m={bm}")
     if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
+        mgpu_interpret.prepare_host_interpreter()
 
     swizzle = config.scale_layout == "swizzled_128x4"
 

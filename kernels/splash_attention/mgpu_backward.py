@@ -214,7 +214,7 @@ def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret
     bq, bkv, stages = config.block_q, config.block_kv, config.stages
     _check_tiling(problem, config, "dq", "q", plan.count.shape[1])
     if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
+        mgpu_interpret.prepare_host_interpreter()
     dtype = jnp.dtype(problem.dtype)
     group = problem.heads_q // problem.heads_kv
     per_head_plan = plan.mask_heads > 1
@@ -317,7 +317,7 @@ def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret:
     bq, bkv, stages = config.block_q, config.block_kv, config.stages
     _check_tiling(problem, config, "dkv", "kv", plan.count.shape[1])
     if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
+        mgpu_interpret.prepare_host_interpreter()
     dtype = jnp.dtype(problem.dtype)
     group = problem.heads_q // problem.heads_kv
     per_head_plan = plan.plan_heads > 1

@@ -186,7 +186,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
     per_head_plan = block_plan.mask_heads > 1
     mask_function = block_plan.mask_function
     if interpret is not None:
-        mgpu_interpret.enable_layout_cast_on_host()
+        mgpu_interpret.prepare_host_interpreter()
         if wgs > 1:
             mgpu_interpret.check_host_pool(wgs + 1)
     has_tiles = mask_function is None
