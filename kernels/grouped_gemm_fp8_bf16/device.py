@@ -159,7 +159,10 @@ def _library(path: str) -> ctypes.CDLL:
 
 def reference_library_runnable(problem: GroupedProblem, build_dir: str) -> Runnable:
     """Example 69's kernels through libex69.so on device buffers: set up in ``prepare``
-    (pointer arrays, workspace, can_implement), one launch per ``call``."""
+    (pointer arrays, workspace, can_implement), one launch per ``call``. The handle holds
+    raw pointers, so the arguments hold every buffer it points to: an H200 run that kept
+    only D let the allocator give the next input set the freed A, B, scales and C, and
+    every handle then computed the newest set (the reuse guard refused it)."""
     import cuda.bindings.driver as cuda
     import jax
     import jax.numpy as jnp
@@ -179,9 +182,9 @@ def reference_library_runnable(problem: GroupedProblem, build_dir: str) -> Runna
         if not handle:
             raise RuntimeError(f"ex69_create: {lib.ex69_last_error().decode()}")
         weakref.finalize(arrays[4], lib.ex69_destroy, handle)
-        return (handle, arrays[4])
+        return (handle, arrays[4], tuple(arrays[:4]))
 
-    def call(handle, out):
+    def call(handle, out, _inputs):
         if lib.ex69_run(handle, None):
             raise RuntimeError(f"ex69_run: {lib.ex69_last_error().decode()}")
         return out
