@@ -9,7 +9,8 @@
 #
 # CASEBOOK_PYTHON: the interpreter (default .venv/bin/python where it exists, else python3).
 # CASEBOOK_SITE: a folder made by `python -m casebook.wheelhouse install` on an offline
-# host, put first on PYTHONPATH. CASEBOOK_COMMIT: the commit of a tree carried without .git.
+# host, put first on PYTHONPATH. CASEBOOK_COMMIT: the commit of a carried tree (it wins over
+# a .git carried beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${CASEBOOK_PYTHON:-}" ]; then

@@ -26,19 +26,24 @@ def _git(*args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-# A copy of the tree without git (e.g. one carried to an offline GPU host) names its
-# commit here; a git checkout ignores it.
+# A copy of the tree carried to an offline GPU host names its commit here, as checked
+# against its bundle's tree.json (benchmarks/gpu_host.sh). Set, it wins over git: the
+# H200's copy of the tree came with a .git of another commit, whose status named every
+# changed file dirty and stopped the window.
 COMMIT_VARIABLE = "CASEBOOK_COMMIT"
 
 
 @functools.cache
 def commit() -> str:
     """The project commit, with ``-dirty`` when tracked files other than records under
-    results/ differ from it (a run rewriting committed records stays clean)."""
+    results/ differ from it (a run rewriting committed records stays clean); or
+    ``COMMIT_VARIABLE`` where it is set."""
+    given = os.environ.get(COMMIT_VARIABLE, "").strip()
+    if given:
+        return given
     head = _git("rev-parse", "HEAD")
     if head is None:
-        given = os.environ.get(COMMIT_VARIABLE, "").strip()
-        return given or "unknown (not a git checkout)"
+        return "unknown (not a git checkout)"
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
                  f":!{paths.RESULTS}")
     return f"{head}-dirty" if dirty else head

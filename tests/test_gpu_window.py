@@ -245,6 +245,17 @@ def test_a_tree_without_git_names_the_commit_it_was_given(monkeypatch):
     assert provenance.commit.__wrapped__() == HEAD
 
 
+def test_the_commit_given_wins_over_a_git_carried_beside_the_tree(monkeypatch):
+    """The device's copy of the tree came with another commit's .git."""
+    from casebook import provenance
+
+    monkeypatch.setattr(provenance, "_git", lambda *args: "f" * 40)
+    monkeypatch.delenv(provenance.COMMIT_VARIABLE, raising=False)
+    assert provenance.commit.__wrapped__().startswith("f" * 40)
+    monkeypatch.setenv(provenance.COMMIT_VARIABLE, HEAD)
+    assert provenance.commit.__wrapped__() == HEAD
+
+
 @pytest.fixture
 def repo(monkeypatch, tmp_path):
     """A one-commit repository (a kernel and a committed record) as the project's root."""
