@@ -104,19 +104,27 @@ def test_every_round_holds_every_workload_once_in_a_shuffled_order():
 
 
 def test_sampling_goes_on_until_the_slowest_criterion_stops():
-    _, runnable = drifting_host(slope=0.0)
+    """A steady workload meets a ±1% median at its fifth sample, a noisy one (each call
+    0.5-1.5× its time) needs many more: both take as many as the noisy one."""
+    host, runnable = drifting_host(slope=0.0)
     adaptive = timing.default_settings(warmup_calls=1, criterion="median_precision",
-                                       target=0.5, min_samples=5, min_time_s=0.05,
-                                       repeats=1)
-    # "long" reaches 50 ms of samples after 5 calls, "short" needs about 25 (fewer on a
-    # loaded host, where each busy wait lasts longer): both take as many as "short".
+                                       target=0.01, min_samples=5, min_time_s=0.0,
+                                       timeout_s=60, repeats=1)
+    jitter = np.random.default_rng(5)
+    steady, noisy = runnable("steady"), runnable("noisy")
+
+    def shaken(x):
+        out = noisy.call(x)
+        HostTime.last *= 0.5 + jitter.random()
+        return out
+
     out = engine.measure_interleaved(
-        {"short": engine.Workload(runnable("short"), inputs),
-         "long": engine.Workload(runnable("long", scale=5), inputs)}, adaptive, "hot", 3,
-        VIRTUAL)
-    short = out["short"].kept
-    assert len(short) == len(out["long"].kept) > 5
-    assert sum(short) >= 0.05  # "long" alone would have stopped with ~10 ms of "short"
+        {"steady": engine.Workload(steady, inputs),
+         "noisy": engine.Workload(noisy._replace(call=shaken), inputs)},
+        adaptive, "hot", 3, VIRTUAL)
+    assert len(out["steady"].kept) == len(out["noisy"].kept) > 50
+    assert "median precision" in out["noisy"].stop_reason
+    assert host["order"].count("steady") == host["order"].count("noisy")
 
 
 def test_a_cheat_among_interleaved_workloads_is_caught_by_its_own_guard():

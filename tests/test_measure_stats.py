@@ -98,6 +98,14 @@ def test_adaptive_criteria_time_out(rng):
     assert n == 6 and criterion.reason.startswith("timeout")
 
 
+def test_the_minimum_time_is_sampling_wall_time_not_the_samples_sum():
+    """A 3 µs GPU kernel sampled once a millisecond: 20 ms of sampling is 20 samples (the
+    samples' sum would need 6,667)."""
+    criterion = stopping.MedianPrecision(0.01, 0.95, stopping.Bounds(5, 0.02, 60))
+    n = feed(criterion, np.full(10_000, 3e-6), step_s=1e-3)
+    assert 19 <= n <= 21 and "median precision" in criterion.reason
+
+
 def test_median_precision_needs_more_samples_when_noisier(rng):
     bounds = stopping.Bounds(10, 0.0, 1e9)
     quiet, loud = (stopping.MedianPrecision(0.01, 0.95, bounds) for _ in range(2))
