@@ -191,7 +191,11 @@ def floor_line(nf: dict[str, Any] | None) -> str:
             + f"); ±{paired['noise_floor']:.1%} between two workloads measured interleaved, "
             f"sample by sample in one measurement (the same quantile over "
             f"{paired['rounds']} such A/A measurements, {paired['samples_per_series']} "
-            f"samples of each): the host's drift cancels in their ratio")
+            f"samples of each): the host's drift cancels in their ratio"
+            + "".join(f"; the {name} floor is one step of the clock "
+                      f"({seconds(r['clock_resolution_s'])}), wider than its rounds' spread"
+                      for name, r in (("separate", nf), ("interleaved", paired))
+                      if r.get("floor_set_by") == "clock resolution"))
 
 
 def measurement(ev: Evidence) -> list[str]:

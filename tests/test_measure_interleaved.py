@@ -48,6 +48,7 @@ class HostTime:
 
     kind = "host"
     description = "the drifting host's own time"
+    resolution_s = 1e-9
     last = 0.0
 
     def time(self, launch, wait):

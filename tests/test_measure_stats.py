@@ -193,3 +193,12 @@ def test_a_recorded_floor_widens_the_interval_to_where_a_rerun_lands(rng):
     for bad in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="noise floor"):
             stats.summarize(samples, 0.95, floor=bad)
+
+
+def test_no_floor_is_finer_than_one_step_of_its_clock():
+    """The H200's A/A workload: every sample one reading of the 32 ns timer, every ratio 1."""
+    quantized = noise.resolved(noise.floor_from_ratios([1.0] * 6, 0.95), 32e-9, 3.168e-6)
+    assert quantized["noise_floor"] == pytest.approx(32e-9 / 3.168e-6)
+    assert quantized["floor_set_by"] == "clock resolution"
+    spread = noise.resolved(0.05, 32e-9, 3.168e-6)
+    assert spread["noise_floor"] == 0.05 and spread["floor_set_by"] == "ratios"

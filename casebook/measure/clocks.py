@@ -9,7 +9,9 @@
   gaps are reported beside it, not in it.
 
 Every clock also gives a ``Timing.unseen_s``: device work it saw that finished after
-the wait returned or ran on a stream it was not told about (the guards read it).
+the wait returned or ran on a stream it was not told about (the guards read it), and
+names its ``resolution_s``, the smallest step of a reading: no noise floor is finer than
+one step of the clock that measured it (``noise``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class HostClock:
 
     kind = "host"
     description = "host perf_counter_ns around the call and the wait for its output"
+    resolution_s = time.get_clock_info("perf_counter").resolution
 
     def time(self, launch: Launch, wait: Wait) -> tuple[Any, Timing]:
         start = time.perf_counter_ns()
@@ -58,6 +61,7 @@ class CudaEventClock:
 
     kind = "cuda_event"
     description = "CUDA events on the runnable's stream (device time, launch gaps included)"
+    resolution_s = 0.5e-6  # cudaEventElapsedTime: "a resolution of around 0.5 microseconds"
 
     def __init__(self, tools: gpu.Tools, stream: Any):
         self.tools, self.stream = tools, stream
@@ -103,6 +107,9 @@ class CuptiKernelClock:
     kind = "cupti_kernel"
     description = ("CUPTI kernel activity: sum of the kernels' own durations, launch "
                    "overhead reported apart")
+    # The GPU's global timer that kernel records read: on the H200 here every one-kernel
+    # duration was a multiple of 32 ns (3,168 ns, 9,696 ns, 10,400 ns).
+    resolution_s = 32e-9
     # CUPTI's activity buffer: 8 MiB holds ~30k kernel records, far more than a sample.
     BUFFER_BYTES = 8 * 2**20
 

@@ -84,6 +84,7 @@ class Workload:
 class Measurement:
     clock: str
     clock_kind: str
+    clock_resolution_s: float
     warmup_calls: int
     stop_criterion: str
     stop_reason: str
@@ -265,7 +266,8 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
                        f"{round_} rounds, until every one's criterion stopped")
         out[name] = Measurement(
             clock=clock.description, clock_kind=clock.kind,
-            warmup_calls=settings.warmup_calls, stop_criterion=criterion.name,
+            clock_resolution_s=clock.resolution_s, warmup_calls=settings.warmup_calls,
+            stop_criterion=criterion.name,
             stop_reason=reason, cache_mode=s.state.mode,
             cache_description=s.state.description, pinned_cpu=pinning.pinned_cpu(),
             throttling={"monitored": monitor.monitored, "description": monitor.description,

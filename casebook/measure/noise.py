@@ -12,6 +12,9 @@ interleaved in one measurement, sample by sample in a shuffled order
 (``engine.measure_interleaved``); the floor is the same quantile over as many such
 measurements. Drift of the host over seconds slows both alike and cancels in the ratio,
 so this floor is the one a comparison measured interleaved is judged against.
+
+Neither floor is finer than one step of the clock relative to the workload's median
+(``resolved``): a clock that reads every sample alike says nothing below its step.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ def floor_from_ratios(ratios: list[float], quantile: float) -> float:
     return float(math.expm1(deviations[k - 1]))
 
 
+def resolved(floor: float, resolution_s: float, median_s: float) -> dict[str, Any]:
+    """The floor, never finer than one step of the clock relative to the median: on the
+    H200 every sample of the 3.17 µs A/A workload read one value of the 32 ns timer, every
+    ratio was 1 and the rounds' floor 0, which no comparison can honestly be judged by."""
+    step = resolution_s / median_s
+    return {"noise_floor": max(floor, step), "clock_resolution_s": resolution_s,
+            "floor_set_by": "ratios" if floor >= step else "clock resolution"}
+
+
 def a_a(measure: Measure, rounds: int, quantile: float) -> dict[str, Any]:
     """Run ``rounds`` interleaved A/A rounds; ``measure(seed)`` makes one measurement."""
     _check(rounds, quantile)
@@ -50,9 +62,9 @@ def a_a(measure: Measure, rounds: int, quantile: float) -> dict[str, Any]:
         # Odd rounds measure A' first: the ratio is always A over A'.
         ratios.append(median_a / median_b if r % 2 == 0 else median_b / median_a)
         medians += [median_a, median_b]
-    return {"rounds": rounds, "quantile": quantile, "ratios": ratios,
-            "median_s": float(np.median(medians)),
-            "noise_floor": floor_from_ratios(ratios, quantile),
+    median = float(np.median(medians))
+    return {"rounds": rounds, "quantile": quantile, "ratios": ratios, "median_s": median,
+            **resolved(floor_from_ratios(ratios, quantile), first.clock_resolution_s, median),
             "clock": first.clock, "clock_kind": first.clock_kind,
             "cache": {"mode": first.cache_mode, "description": first.cache_description}}
 
@@ -69,17 +81,18 @@ def a_a_paired(measure_pair: MeasurePair, rounds: int, quantile: float) -> dict[
     returns {"A": ..., "A'": ...}. Each ratio is the median of the per-round ratios
     (``stats.paired_ratio``) over the rounds both kept a sample in."""
     _check(rounds, quantile)
-    ratios, medians, paired_rounds = [], [], []
+    ratios, medians, paired_rounds, resolution = [], [], [], 0.0
     for r in range(rounds):
         pair = measure_pair(r)
+        resolution = pair["A"].clock_resolution_s
         a, b = stats.paired_rounds(pair["A"].kept_by_round, pair["A'"].kept_by_round)
         ratios.append(stats.paired_ratio(a, b, 0.95)[0])
         medians += [float(np.median(a)), float(np.median(b))]
         paired_rounds.append(len(a))
-    return {"rounds": rounds, "quantile": quantile, "ratios": ratios,
-            "median_s": float(np.median(medians)),
+    median = float(np.median(medians))
+    return {"rounds": rounds, "quantile": quantile, "ratios": ratios, "median_s": median,
             "samples_per_series": int(np.median(paired_rounds)),
-            "noise_floor": floor_from_ratios(ratios, quantile)}
+            **resolved(floor_from_ratios(ratios, quantile), resolution, median)}
 
 
 def matmul_workload(size: int) -> engine.Workload:
