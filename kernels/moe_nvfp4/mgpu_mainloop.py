@@ -195,8 +195,8 @@ def store_valid_rows(o_smem, out_ref, e, m0, n0, rows, block_m: int, width: int,
                 source, dest = o_smem.at[pl.ds(r, 1)], out_ref.at[e, pl.ds(m0 + r, 1),
                                                                    pl.ds(n0, width)]
             else:
-                source, dest = (staging.at[r, pl.ds(0, width)],
-                                out_ref.at[e, m0 + r, pl.ds(n0, width)])
+                source, dest = (staging.at[pl.ds(r, 1), pl.ds(0, width)],
+                                out_ref.at[e, pl.ds(m0 + r, 1), pl.ds(n0, width)])
             plgpu.copy_smem_to_gmem(source, dest)
             return carry
 
