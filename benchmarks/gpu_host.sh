@@ -8,7 +8,8 @@
 #
 # The records name the commit the bundle was made from (build/gpu-host/tree.json), marked
 # -dirty where a tracked file differs from it (the window then refuses to run), unless
-# CASEBOOK_COMMIT is set; a .git that came with the tree is not asked. CASEBOOK_PYTHON: the host's interpreter (default python3).
+# CASEBOOK_COMMIT is set; a .git that came with the tree is not asked.
+# CASEBOOK_PYTHON: the host's interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/gpu_host.sh OUT [gpu_run.sh arguments]}

@@ -11,8 +11,8 @@ outcome) and packs ``results/<target>/`` and the logs into one archive
     python -m casebook.gpu_window --dry-run [--target h200]   # the plan and its budgets
     python -m casebook.gpu_window --out DIR [--target h200]   # run it, archive in DIR
 
-``--plan`` names another plan: configs/gpu-window-short.yaml fits the five minutes or so
-of device time a session may have left after a full window.
+``--plan`` names another plan: configs/gpu-window-short.yaml (220 s) fits the device time
+a session may have left after a full window.
 """
 
 from __future__ import annotations

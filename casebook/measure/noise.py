@@ -81,10 +81,9 @@ def a_a_paired(measure_pair: MeasurePair, rounds: int, quantile: float) -> dict[
     returns {"A": ..., "A'": ...}. Each ratio is the median of the per-round ratios
     (``stats.paired_ratio``) over the rounds both kept a sample in."""
     _check(rounds, quantile)
-    ratios, medians, paired_rounds, resolution = [], [], [], 0.0
+    ratios, medians, paired_rounds = [], [], []
     for r in range(rounds):
         pair = measure_pair(r)
-        resolution = pair["A"].clock_resolution_s
         a, b = stats.paired_rounds(pair["A"].kept_by_round, pair["A'"].kept_by_round)
         ratios.append(stats.paired_ratio(a, b, 0.95)[0])
         medians += [float(np.median(a)), float(np.median(b))]
@@ -92,7 +91,8 @@ def a_a_paired(measure_pair: MeasurePair, rounds: int, quantile: float) -> dict[
     median = float(np.median(medians))
     return {"rounds": rounds, "quantile": quantile, "ratios": ratios, "median_s": median,
             "samples_per_series": int(np.median(paired_rounds)),
-            **resolved(floor_from_ratios(ratios, quantile), resolution, median)}
+            **resolved(floor_from_ratios(ratios, quantile), pair["A"].clock_resolution_s,
+                       median)}
 
 
 def matmul_workload(size: int) -> engine.Workload:

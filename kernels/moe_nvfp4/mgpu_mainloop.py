@@ -175,10 +175,10 @@ def store_valid_rows(o_smem, out_ref, e, m0, n0, rows, block_m: int, width: int,
     ``r * row bytes`` is only when the row is a whole number of such units. Narrower rows
     are first copied, through registers, to ``staging`` (``row_staging``), one row per
     aligned unit. A tile that needs staging and gets none is refused at trace time."""
-    row_bytes = width * jnp.dtype(o_smem.dtype).itemsize
-    if row_bytes % TMA_SMEM_ALIGN and staging is None:
-        raise ValueError(f"rows of {row_bytes} bytes are not {TMA_SMEM_ALIGN}-byte aligned "
-                         "in shared memory: pass staging=row_staging(...)")
+    if staging is None and row_staging(block_m, width, o_smem.dtype) is not None:
+        raise ValueError(f"rows of {width * jnp.dtype(o_smem.dtype).itemsize} bytes are not "
+                         f"{TMA_SMEM_ALIGN}-byte aligned in shared memory: pass "
+                         "staging=row_staging(...)")
 
     @pl.when(m0 + block_m <= rows)
     def _():
@@ -191,13 +191,9 @@ def store_valid_rows(o_smem, out_ref, e, m0, n0, rows, block_m: int, width: int,
             plgpu.commit_smem()
 
         def store_row(r, carry):
-            if staging is None:
-                source, dest = o_smem.at[pl.ds(r, 1)], out_ref.at[e, pl.ds(m0 + r, 1),
-                                                                   pl.ds(n0, width)]
-            else:
-                source, dest = (staging.at[pl.ds(r, 1), pl.ds(0, width)],
-                                out_ref.at[e, pl.ds(m0 + r, 1), pl.ds(n0, width)])
-            plgpu.copy_smem_to_gmem(source, dest)
+            source = (o_smem.at[pl.ds(r, 1)] if staging is None
+                      else staging.at[pl.ds(r, 1), pl.ds(0, width)])
+            plgpu.copy_smem_to_gmem(source, out_ref.at[e, pl.ds(m0 + r, 1), pl.ds(n0, width)])
             return carry
 
         lax.fori_loop(0, rows - m0, store_row, 0)
