@@ -57,7 +57,7 @@ REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu
 	tests/test_moe_nvfp4_fused.py tests/test_moe_nvfp4_entries.py tests/test_check_power.py \
 	tests/test_splash_near_misses.py tests/test_moe_nvfp4_subnormals.py \
 	tests/test_case_outputs.py tests/test_provenance.py tests/test_contract.py \
-	tests/test_moe_nvfp4_sm100.py tests/test_splash_sm100.py
+	tests/test_moe_nvfp4_sm100.py tests/test_splash_sm100.py tests/test_interpreter_callbacks.py
 
 .PHONY: all run env test test-fast lint bench lock clean chromium gpu-host rehearse
 all: run

@@ -11,6 +11,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info
 
+from kernels import mgpu_interpret
 from kernels.splash_attention.masks import segment_ids
 
 # MaskInfo's block classes, as upstream numbers them.
@@ -55,7 +56,9 @@ def block_census(classes: np.ndarray) -> dict[str, int]:
 
 
 def checking_mode() -> pltpu.InterpretParams:
-    """The TPU interpret mode: uninitialised memory reads as NaN, races reported."""
+    """The TPU interpret mode: uninitialised memory reads as NaN, races reported (its
+    callbacks given numpy arguments: ``mgpu_interpret.numpy_callback_arguments``)."""
+    mgpu_interpret.numpy_callback_arguments()
     return pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
 
 
