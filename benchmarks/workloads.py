@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import platform
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from casebook import provenance
 from casebook.measure import clocks, engine, stats, stopping
 from kernels import contract
 from kernels.contract import Runnable
@@ -58,5 +60,7 @@ def write(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(exist_ok=True)
     host = {"machine": platform.machine(), "processor": platform.processor(),
             "python": platform.python_version(), "node": platform.node()}
-    path.write_text(json.dumps({"host": host, **data}, indent=2) + "\n")
+    made = {"commit": provenance.commit(),
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    path.write_text(json.dumps({"host": host, **made, **data}, indent=2) + "\n")
     return path

@@ -8,11 +8,13 @@ from the records. A host without an A/A noise-floor record is said to have none.
 from __future__ import annotations
 
 import inspect
+import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from casebook import conditions, config, paths, records, verify
+from casebook.errors import CasebookError
 from casebook.evidence import Evidence
 from casebook.measure import clocks, engine, pinning, stats, stopping
 
@@ -118,3 +120,54 @@ def noise_floor(target: str, evidence: list[Evidence], href) -> dict[str, Any]:
         observed = {"n": len(noise), "low": f"{min(noise):.1%}", "high": f"{max(noise):.1%}",
                     "median": f"{statistics.median(noise):.1%}"}
     return {"target": target, "path": path, "recorded": recorded, "observed": observed}
+
+
+def _calibration_rows(data: dict[str, Any], design: str) -> list[dict[str, Any]]:
+    verdicts = data["aa_verdicts"]
+    false = verdicts["FASTER"] + verdicts["SLOWER"]
+    targets = data["targets"]
+    rows = [{"check": f"A/A trials, {design} design: false verdicts",
+             "result": f"{false} of {data['aa_trials']} ({data['aa_false_share']:.1%}); "
+                       f"floor ±{data['noise_floor']:.2%}",
+             "target": f"≤ {targets['aa_false_share_max']:.0%}"}]
+    rows += [{"check": f"a true {effect} difference, {design} design: found",
+              "result": f"{ab['verdicts']['FASTER']} of {ab['trials']}",
+              "target": f"≥ {targets['detected_share_min']:.0%}"}
+             for effect, ab in data["ab"].items()]
+    return rows
+
+
+def _coverage_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    shipped = data["coverage"]["config"]
+    rows = [{"check": f"reruns of {workload} inside each other's intervals",
+             "result": f"{w['pairs_inside']:.1%} of ordered pairs of {len(w['runs'])} "
+                       f"fresh-process runs",
+             "target": f"≥ {data['target']:.0%}"} for workload, w in shipped.items()]
+    floors = data["floors"]["config"]
+    rows.append({"check": f"the paired A/A floor, {len(floors)} reruns",
+                 "result": ", ".join(f"±{f['paired_floor']:.1%}" for f in floors),
+                 "target": "stable across reruns"})
+    return rows
+
+
+def protocol_checks() -> list[dict[str, Any]]:
+    """What the measurement engine's own benchmarks found on the development host, from
+    their committed records (``paths.PROTOCOL_CHECKS``; one not there is left out):
+    A/A false verdicts and true effects found (calibration), and how often independent
+    reruns land inside each other's intervals (rerun coverage)."""
+    rows = []
+    for path in paths.PROTOCOL_CHECKS:
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_text())
+            found = (_coverage_rows(data) if path.stem == "rerun_coverage" else
+                     _calibration_rows(data, path.stem.removeprefix("calibration_")))
+            made = (f"{data['created_at'][:10]}, {data['commit'][:12]}"
+                    if "commit" in data else "made before records named their commit")
+        except (ValueError, KeyError, TypeError) as error:
+            raise CasebookError(path, str(error).strip("'"), "unreadable benchmark record "
+                                "(rerun its benchmark)") from None
+        record = f"{path.relative_to(paths.SOURCE_ROOT)} ({made})"
+        rows += [{**row, "record": record} for row in found]
+    return rows

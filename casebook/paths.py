@@ -56,6 +56,12 @@ METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
     "verify.py", "measure/clocks.py", "measure/engine.py", "measure/pinning.py",
     "measure/stats.py", "measure/stopping.py"))
 
+# The measurement engine's own benchmark records the methods page states: calibration
+# (A/A false verdicts, effects found) and rerun coverage (benchmarks/, results committed).
+BENCHMARK_RESULTS = SOURCE_ROOT / "benchmarks" / "results"
+PROTOCOL_CHECKS = tuple(BENCHMARK_RESULTS / f"{name}.json" for name in (
+    "calibration_paired", "calibration_separate", "rerun_coverage"))
+
 RESULTS = "results"
 BUILD = "build"
 FIGURES = f"{RESULTS}/figures"

@@ -263,6 +263,7 @@ def methods_page(case_dir: str, cases: list[str], targets: list[str],
         protocol=tables.frame([{"setting": k, "value": str(v)} for k, v in protocol.items()],
                               "protocol"),
         stops=tables.frame(methods.stop_rows(evidence), "stops"),
+        protocol_checks=tables.frame(methods.protocol_checks(), "protocol-checks"),
         executions=tables.frame(methods.execution_rows(evidence), "executions"),
         hosts=hosts)
 

@@ -307,3 +307,61 @@ def test_the_methods_rule_declares_every_module_whose_docstrings_the_page_quotes
                                                       methods.measurement_rules))
     used = set(re.findall(r"\b([a-z_]+)\.[A-Za-z_]+", quoting)) - {"c", "f", "doc"}
     assert used <= {m.__name__.rpartition(".")[2] for m in methods.QUOTED}, used
+
+
+def _benchmark_records(tmp_path, false_aa: int, found_5: int, inside: float):
+    """Calibration and coverage records shaped as the benchmarks write them."""
+    calibration = {"commit": "c0ffee" * 4, "created_at": "2026-12-04T15:00:00+00:00",
+                   "aa_trials": 200, "aa_verdicts": {"FASTER": false_aa, "SLOWER": 0,
+                                                     "SAME": 200 - false_aa},
+                   "aa_false_share": false_aa / 200, "noise_floor": 0.0123,
+                   "targets": {"aa_false_share_max": 0.05, "detected_share_min": 0.95},
+                   "ab": {"5%": {"trials": 100, "verdicts": {"FASTER": found_5}}}}
+    coverage = {"target": 0.95, "floors": {"config": [{"paired_floor": 0.0137}]},
+                "coverage": {"config": {"a_matmul": {"pairs_inside": inside,
+                                                     "runs": [{}] * 20}}}}
+    found = []
+    for name, data in (("calibration_paired", calibration), ("rerun_coverage", coverage)):
+        path = tmp_path / "benchmarks" / "results" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+        found.append(path)
+    return tuple(found)
+
+
+def test_the_methods_page_states_the_engines_calibration_and_rerun_coverage(
+        tmp_path, monkeypatch, rng):
+    false_aa, found_5 = int(rng.integers(0, 11)), int(rng.integers(90, 101))
+    inside = float(rng.uniform(0.5, 1))
+    monkeypatch.setattr(paths, "SOURCE_ROOT", tmp_path)
+    monkeypatch.setattr(paths, "PROTOCOL_CHECKS",
+                        _benchmark_records(tmp_path, false_aa, found_5, inside))
+    rows = {r["check"]: r for r in methods.protocol_checks()}
+    aa = rows["A/A trials, paired design: false verdicts"]
+    assert aa["result"] == f"{false_aa} of 200 ({false_aa / 200:.1%}); floor ±1.23%"
+    assert aa["record"] == "benchmarks/results/calibration_paired.json (2026-12-04, c0ffeec0ffee)"
+    assert rows["a true 5% difference, paired design: found"]["result"] == f"{found_5} of 100"
+    assert rows["reruns of a_matmul inside each other's intervals"]["result"].startswith(
+        f"{inside:.1%} of ordered pairs of 20")
+    assert rows["the paired A/A floor, 1 reruns"]["result"] == "±1.4%"
+
+
+def test_a_corrupt_benchmark_record_is_named(tmp_path, monkeypatch):
+    records = _benchmark_records(tmp_path, 0, 100, 1.0)
+    data = json.loads(records[0].read_text())
+    del data["aa_verdicts"]
+    records[0].write_text(json.dumps(data))
+    monkeypatch.setattr(paths, "SOURCE_ROOT", tmp_path)
+    monkeypatch.setattr(paths, "PROTOCOL_CHECKS", records)
+    with pytest.raises(CasebookError, match=r"calibration_paired\.json.*aa_verdicts"):
+        methods.protocol_checks()
+
+
+def test_the_committed_benchmark_records_are_on_the_methods_page(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    site.methods_page(str(paths.SOURCE_ROOT / "configs" / "cases"),
+                      ["moe_nvfp4"], [], [], "t", {}, "methods")
+    page = Path(paths.site_methods("methods")).read_text()
+    assert "How the protocol was checked" in page
+    for path in paths.PROTOCOL_CHECKS:
+        assert str(path.relative_to(paths.SOURCE_ROOT)) in page

@@ -37,6 +37,8 @@ rule methods:
         ],
         # The code whose docstrings the page quotes: the rules as the code states them.
         [paths.source(p) for p in paths.METHODS_QUOTES],
+        # The engine's benchmark records the page states (calibration, rerun coverage).
+        [paths.source(p) for p in paths.PROTOCOL_CHECKS if p.exists()],
     output:
         directory(paths.site_part("methods")),
     params:
