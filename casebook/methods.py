@@ -150,6 +150,11 @@ def _coverage_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _short(commit: str) -> str:
+    """A commit as the page shows it: 12 digits, and whether the tree was dirty."""
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def protocol_checks() -> list[dict[str, Any]]:
     """What the measurement engine's own benchmarks found on the development host, from
     their committed records (``paths.PROTOCOL_CHECKS``; one not there is left out):
@@ -163,7 +168,7 @@ def protocol_checks() -> list[dict[str, Any]]:
             data = json.loads(path.read_text())
             found = (_coverage_rows(data) if path.stem == "rerun_coverage" else
                      _calibration_rows(data, path.stem.removeprefix("calibration_")))
-            made = (f"{data['created_at'][:10]}, {data['commit'][:12]}"
+            made = (f"{data['created_at'][:10]}, {_short(data['commit'])}"
                     if "commit" in data else "made before records named their commit")
         except (ValueError, KeyError, TypeError) as error:
             raise CasebookError(path, str(error).strip("'"), "unreadable benchmark record "

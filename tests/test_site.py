@@ -340,6 +340,10 @@ def test_the_methods_page_states_the_engines_calibration_and_rerun_coverage(
     aa = rows["A/A trials, paired design: false verdicts"]
     assert aa["result"] == f"{false_aa} of 200 ({false_aa / 200:.1%}); floor ±1.23%"
     assert aa["record"] == "benchmarks/results/calibration_paired.json (2026-12-04, c0ffeec0ffee)"
+    records = paths.PROTOCOL_CHECKS
+    dirty = {**json.loads(records[0].read_text()), "commit": "c0ffee" * 4 + "-dirty"}
+    records[0].write_text(json.dumps(dirty))
+    assert methods.protocol_checks()[0]["record"].endswith("(2026-12-04, c0ffeec0ffee-dirty)")
     assert rows["a true 5% difference, paired design: found"]["result"] == f"{found_5} of 100"
     assert rows["reruns of a_matmul inside each other's intervals"]["result"].startswith(
         f"{inside:.1%} of ordered pairs of 20")
