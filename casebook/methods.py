@@ -173,6 +173,7 @@ def protocol_checks() -> list[dict[str, Any]]:
         except (ValueError, KeyError, TypeError) as error:
             raise CasebookError(path, str(error).strip("'"), "unreadable benchmark record "
                                 "(rerun its benchmark)") from None
+        # Not "record": that column of a page table links a record published with the site.
         record = f"{path.relative_to(paths.SOURCE_ROOT)} ({made})"
-        rows += [{**row, "record": record} for row in found]
+        rows += [{**row, "benchmark record": record} for row in found]
     return rows

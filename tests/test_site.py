@@ -339,11 +339,12 @@ def test_the_methods_page_states_the_engines_calibration_and_rerun_coverage(
     rows = {r["check"]: r for r in methods.protocol_checks()}
     aa = rows["A/A trials, paired design: false verdicts"]
     assert aa["result"] == f"{false_aa} of 200 ({false_aa / 200:.1%}); floor ±1.23%"
-    assert aa["record"] == "benchmarks/results/calibration_paired.json (2026-12-04, c0ffeec0ffee)"
+    made = "benchmarks/results/calibration_paired.json (2026-12-04, c0ffeec0ffee"
+    assert aa["benchmark record"] == made + ")"
     records = paths.PROTOCOL_CHECKS
     dirty = {**json.loads(records[0].read_text()), "commit": "c0ffee" * 4 + "-dirty"}
     records[0].write_text(json.dumps(dirty))
-    assert methods.protocol_checks()[0]["record"].endswith("(2026-12-04, c0ffeec0ffee-dirty)")
+    assert methods.protocol_checks()[0]["benchmark record"] == made + "-dirty)"
     assert rows["a true 5% difference, paired design: found"]["result"] == f"{found_5} of 100"
     assert rows["reruns of a_matmul inside each other's intervals"]["result"].startswith(
         f"{inside:.1%} of ordered pairs of 20")
@@ -369,3 +370,4 @@ def test_the_committed_benchmark_records_are_on_the_methods_page(tmp_path, monke
     assert "How the protocol was checked" in page
     for path in paths.PROTOCOL_CHECKS:
         assert str(path.relative_to(paths.SOURCE_ROOT)) in page
+        assert f'href="{path.relative_to(paths.SOURCE_ROOT)}' not in page  # not published
