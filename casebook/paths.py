@@ -58,7 +58,8 @@ METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
 
 # The measurement engine's own benchmark records the methods page states: calibration
 # (A/A false verdicts, effects found) and rerun coverage (benchmarks/, results committed).
-BENCHMARK_RESULTS = SOURCE_ROOT / "benchmarks" / "results"
+BENCHMARK_RECORDS = "benchmarks/results"
+BENCHMARK_RESULTS = SOURCE_ROOT / BENCHMARK_RECORDS
 PROTOCOL_CHECKS = tuple(BENCHMARK_RESULTS / f"{name}.json" for name in (
     "calibration_paired", "calibration_separate", "rerun_coverage"))
 

@@ -31,13 +31,16 @@ def _git(*args: str) -> str | None:
 # H200's copy of the tree came with a .git of another commit, whose status named every
 # changed file dirty and stopped the window.
 COMMIT_VARIABLE = "CASEBOOK_COMMIT"
+# Git pathspecs of the tree without its records (the pipeline's and the benchmarks'): what
+# a commit's cleanliness and a carried tree's stamp are about.
+_NOT_RECORDS = (f":!{paths.RESULTS}", f":!{paths.BENCHMARK_RECORDS}")
 
 
 @functools.cache
 def commit() -> str:
     """The project commit, with ``-dirty`` when tracked files other than records under
-    results/ differ from it (a run rewriting committed records stays clean); or
-    ``COMMIT_VARIABLE`` where it is set."""
+    results/ or benchmarks/results/ differ from it (a run or a benchmark rewriting
+    committed records stays clean); or ``COMMIT_VARIABLE`` where it is set."""
     given = os.environ.get(COMMIT_VARIABLE, "").strip()
     if given:
         return given
@@ -45,7 +48,7 @@ def commit() -> str:
     if head is None:
         return "unknown (not a git checkout)"
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                 f":!{paths.RESULTS}")
+                 *_NOT_RECORDS)
     return f"{head}-dirty" if dirty else head
 
 
@@ -154,9 +157,10 @@ def known_commit(sha: str) -> bool:
 
 
 def tree_stamp() -> dict[str, object]:
-    """This checkout's commit and the sha256 of every tracked file outside results/: what a
-    copy of the tree carried without git (an offline GPU host) is checked against."""
-    listed = _git("ls-files", "-z", "--", ".", f":!{paths.RESULTS}") or ""
+    """This checkout's commit and the sha256 of every tracked file outside results/ and
+    benchmarks/results/: what a copy of the tree carried without git (an offline GPU host)
+    is checked against."""
+    listed = _git("ls-files", "-z", "--", ".", *_NOT_RECORDS) or ""
     files = sorted(f for f in listed.split("\0") if f and (paths.SOURCE_ROOT / f).is_file())
     return {"commit": commit.__wrapped__(),
             "files": {f: file_sha256(paths.SOURCE_ROOT / f) for f in files}}

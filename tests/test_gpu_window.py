@@ -265,6 +265,8 @@ def repo(monkeypatch, tmp_path):
     git("init", "-q")
     (tmp_path / "results/h200").mkdir(parents=True)
     (tmp_path / "results/h200/env.json").write_text("{}")
+    (tmp_path / "benchmarks/results").mkdir(parents=True)
+    (tmp_path / "benchmarks/results/efficiency.json").write_text("{}")
     (tmp_path / "kernel.py").write_text("x = 1\n")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
@@ -285,10 +287,13 @@ def test_a_carried_tree_names_its_commit_only_while_unchanged(repo, monkeypatch)
 
 
 def test_records_rewritten_under_results_leave_the_commit_clean(repo):
+    """Pipeline records and benchmark records alike: one benchmark's record rewritten
+    leaves the next benchmark's commit clean."""
     from casebook import provenance
 
     tmp_path = repo
     (tmp_path / "results/h200/env.json").write_text('{"new": 1}')
+    (tmp_path / "benchmarks/results/efficiency.json").write_text('{"new": 1}')
     assert not provenance.commit.__wrapped__().endswith("-dirty")
     (tmp_path / "kernel.py").write_text("x = 2\n")
     assert provenance.commit.__wrapped__().endswith("-dirty")
