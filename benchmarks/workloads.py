@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import platform
 import time
@@ -11,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from casebook import provenance
+from casebook import paths, records
 from casebook.measure import clocks, engine, stats, stopping
 from kernels import contract
 from kernels.contract import Runnable
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = paths.BENCHMARK_RESULTS
 # One unit of work: a 64×64 float64 matmul (~10 µs on one core); a workload of cost c
 # repeats it c times, so costs 20 and 21 differ by exactly 5% of the work.
 SIDE = 64
@@ -57,10 +56,8 @@ def sample(workload: engine.Workload, criterion: stopping.Criterion, warmup_call
 
 def write(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
-    RESULTS.mkdir(exist_ok=True)
     host = {"machine": platform.machine(), "processor": platform.processor(),
             "python": platform.python_version(), "node": platform.node()}
-    made = {"commit": provenance.commit(),
-            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-    path.write_text(json.dumps({"host": host, **made, **data}, indent=2) + "\n")
+    records.atomic_write_text(path, json.dumps({"host": host, **records.made(), **data},
+                                               indent=2) + "\n")
     return path

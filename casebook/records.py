@@ -76,15 +76,15 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+def made() -> dict[str, str]:
+    """When, and at which commit, a record (or a benchmark's result) is made now."""
+    return {"created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "commit": provenance.commit()}
+
+
 def stamp(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     """The record ``body`` with the fields every record carries."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": provenance.commit(),
-        **body,
-    }
+    return {"schema_version": SCHEMA_VERSION, "kind": kind, **made(), **body}
 
 
 def write(path: str | Path, kind: str, body: dict[str, Any]) -> dict[str, Any]:
