@@ -1,9 +1,11 @@
 """One short run on a GPU host: steps in priority order, each stopped at its budget.
 
 The plan is configs/gpu-window.yaml: env, host and noise-floor records first, then each
-case's GPU-only tests and records, autotune last. Every step is a child process group
-(Snakemake or pytest) killed at its budget or at the window's deadline, whichever comes
-first; records are written atomically, so a stopped step leaves whole records or none.
+case's measured points (a point's comparison, with the verify, time and baseline records
+it reads, one point after another), its GPU-only tests and its remaining records, autotune
+last. Every command of a step is a child process group (Snakemake or pytest) killed at the
+step's budget or at the window's deadline, whichever comes first; records are written
+atomically, so a stopped step leaves whole records or none.
 The window then writes its own ``gpu_window`` record (each step's budget, seconds and
 outcome) and packs ``results/<target>/`` and the logs into one archive
 (``casebook.archive``).
@@ -21,6 +23,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,9 +53,21 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
     if spent > window["total_s"]:
         raise CasebookError(path, "steps", f"budgets and pack_s add up to {spent:g} s, "
                             f"more than total_s {window['total_s']:g}")
+    cases = config.load_global()["cases"]
     for i, step in enumerate(window["steps"]):
-        if step["name"] in ("gpu_tests", "case") and "case" not in step:
+        if step["name"] in ("gpu_tests", "case", "measure") and "case" not in step:
             raise CasebookError(path, f"steps.{i}.case", f"a {step['name']} step names its case")
+        if "case" in step and step["case"] not in cases:
+            raise CasebookError(path, f"steps.{i}.case", f"{step['case']} is not a case of "
+                                f"configs/config.yaml ({', '.join(cases)})")
+        if "points" in step:
+            if step["name"] != "measure":
+                raise CasebookError(path, f"steps.{i}.points", "only a measure step names points")
+            known = [p["name"] for p in _case_spec(step["case"])["points"]]
+            for point in step["points"]:
+                if point not in known:
+                    raise CasebookError(path, f"steps.{i}.points", f"{point} is not a point of "
+                                        f"{step['case']} ({', '.join(known)})")
         if step["name"] == "gpu_tests" and not step.get("tests"):
             raise CasebookError(path, f"steps.{i}.tests", "a gpu_tests step lists its tests")
         for test in step.get("tests", []):
@@ -67,22 +82,35 @@ def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
             "--config", f"target={target}", "--", *targets]
 
 
-def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[str]]:
-    """The command line of each step, in order."""
-    global_config = config.load_global()
+def _case_spec(case: str) -> dict[str, Any]:
+    return config.load_case(config.load_global()["case_dir"], case)
+
+
+def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[list[str]]]:
+    """The command lines of each step, in order; a step runs its commands one after another.
+
+    A measure step runs one Snakemake per point, each asking for the point's comparison
+    alone: its lowerings, verify, time and baseline records, and no build-only lowering
+    that would hold cores a measurement (which takes them all) waits for.
+    """
     out = []
     for step in window["steps"]:
         if step["name"] == "records":
-            out.append(_snakemake(target, overlay, paths.env_record(target),
-                                  paths.host_record(target), paths.noise_floor_record(target)))
+            out.append([_snakemake(target, overlay, paths.env_record(target),
+                                   paths.host_record(target),
+                                   paths.noise_floor_record(target))])
         elif step["name"] == "gpu_tests":
-            out.append([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        *step["tests"]])
+            out.append([[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         *step["tests"]]])
+        elif step["name"] == "measure":
+            points = step.get("points") or [p["name"] for p in _case_spec(step["case"])["points"]]
+            out.append([_snakemake(target, overlay, paths.compare_record(target, step["case"], p))
+                        for p in points])
         elif step["name"] == "case":
-            spec = config.load_case(global_config["case_dir"], step["case"])
-            out.append(_snakemake(target, overlay, *paths.case_records(spec, target)))
+            out.append([_snakemake(target, overlay,
+                                   *paths.case_records(_case_spec(step["case"]), target))])
         else:
-            out.append(_snakemake(target, overlay, "autotune"))
+            out.append([_snakemake(target, overlay, "autotune")])
     return out
 
 
@@ -93,14 +121,16 @@ def describe(window: dict[str, Any], target: str) -> str:
     overlay = "<window config>"
     start = 0.0
     end = window["total_s"] - window["pack_s"]
-    for step, argv in zip(window["steps"], commands(window, target, overlay), strict=True):
+    for step, argvs in zip(window["steps"], commands(window, target, overlay), strict=True):
         label = step["name"] + (f" {step['case']}" if "case" in step else "")
         budget = end - start if step["budget_s"] == "rest" else step["budget_s"]
         plus = f"≥{budget:3.0f}" if step["budget_s"] == "rest" else f"{budget:4.0f}"
         lines.append(f"  {start:5.0f} s +{plus} s  {label}: {step['what']}")
-        shown = step.get("tests") or argv[argv.index("--") + 1:]
-        more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
-        lines.append(f"               runs: {' '.join(argv[1:3])} {' '.join(shown[:3])}{more}")
+        for argv in argvs:
+            shown = step.get("tests") or argv[argv.index("--") + 1:]
+            more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
+            lines.append(f"               runs: {' '.join(argv[1:3])} {' '.join(shown[:3])}"
+                         f"{more}")
         start += budget
     lines.append(f"  {start:5.0f} s +{window['pack_s']:4.0f} s  pack: results/{target}/ "
                  f"and logs/ into one .tar.xz")
@@ -108,9 +138,10 @@ def describe(window: dict[str, Any], target: str) -> str:
 
 
 def _run(argv: list[str], seconds: float, log: Path) -> tuple[str, int | None]:
-    """Run ``argv`` in its own process group for at most ``seconds``."""
+    """Run ``argv`` in its own process group for at most ``seconds``, its output appended
+    to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as handle:
+    with log.open("a") as handle:
         child = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -131,15 +162,38 @@ def _run(argv: list[str], seconds: float, log: Path) -> tuple[str, int | None]:
     return ("done" if code == 0 else "failed"), code
 
 
+def _run_all(argvs: list[list[str]], deadline: float, log: Path) -> tuple[str, int | None]:
+    """Run a step's commands one after another until ``deadline``; a failed command does
+    not stop the next (each point is measured on its own). The step's outcome is the first
+    failure, else done; stopped when the deadline cut a command."""
+    failure = None
+    for argv in argvs:
+        left = deadline - time.monotonic()
+        if left < 1:
+            return "stopped at its budget", None
+        status, code = _run(argv, left, log)
+        if status == "stopped at its budget":
+            return status, code
+        if status == "failed" and failure is None:
+            failure = (status, code)
+    return failure or ("done", 0)
+
+
 def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
-    """Run every step within its budget, write the window record, pack the archive."""
+    """Run every step within its budget, write the window record, pack the archive.
+
+    The window starts from no records of ``target``: results/<target>/ carried with the
+    tree holds an earlier window's, of another commit, and an archive naming two commits is
+    refused on import (which replaces the folder as a whole).
+    """
+    shutil.rmtree(paths.target_dir(target), ignore_errors=True)
     start = time.monotonic()
     deadline = start + window["total_s"] - window["pack_s"]
     overlay = Path(paths.LOGS) / "gpu_window" / "config.yaml"
     records.atomic_write_text(overlay, yaml.safe_dump(window["config"]))
     steps = []
     argvs = commands(window, target, str(overlay))
-    for index, (step, argv) in enumerate(zip(window["steps"], argvs, strict=True)):
+    for index, (step, step_commands) in enumerate(zip(window["steps"], argvs, strict=True)):
         left = deadline - time.monotonic()
         seconds = left if step["budget_s"] == "rest" else min(step["budget_s"], left)
         log = Path(paths.log("gpu_window", f"{index:02d}_{step['name']}_{step.get('case', '')}"))
@@ -149,8 +203,9 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
             steps.append({**entry, "status": "skipped: no time left", "exit_code": None,
                           "seconds": 0.0})
             continue
+        log.unlink(missing_ok=True)
         began = time.monotonic()
-        status, code = _run(argv, seconds, log)
+        status, code = _run_all(step_commands, began + seconds, log)
         steps.append({**entry, "status": status, "exit_code": code,
                       "seconds": round(time.monotonic() - began, 1)})
         print(f"gpu_window: {step['name']} {step.get('case') or ''}: {status} "

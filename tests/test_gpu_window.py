@@ -36,8 +36,19 @@ def test_the_plan_fits_one_device_command_and_the_dry_run_prints_it():
     assert f"at most {window['total_s']:g} s in all" in done.stdout
     for step in window["steps"]:
         assert step["what"] in done.stdout
-    assert "results/h200/grouped_gemm_fp8_bf16/verify/" not in done.stdout  # abbreviated
-    assert "tests/test_grouped_gemm_gpu.py" in done.stdout
+    assert "results/h200/grouped_gemm_fp8_bf16/compare/ex69_defaults.json" in done.stdout
+
+
+def test_a_gpu_tests_step_runs_its_tests_and_the_plan_lists_them(tmp_path):
+    window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
+    window["steps"] = [{"name": "gpu_tests", "case": "grouped_gemm_fp8_bf16", "budget_s": 5,
+                        "tests": ["tests/test_grouped_gemm_gpu.py"], "what": "x"}]
+    path = tmp_path / "gpu-window.yaml"
+    path.write_text(yaml.safe_dump(window))
+    window = gpu_window.load(path)
+    [[argv]] = gpu_window.commands(window, "h200", "o")
+    assert argv[1:3] == ["-m", "pytest"] and argv[-1] == "tests/test_grouped_gemm_gpu.py"
+    assert "runs: -m pytest tests/test_grouped_gemm_gpu.py" in gpu_window.describe(window, "h200")
 
 
 def test_the_short_plan_is_valid_shorter_and_named_by_plan():
@@ -49,7 +60,7 @@ def test_the_short_plan_is_valid_shorter_and_named_by_plan():
                           env={**os.environ, "CASEBOOK_PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
     assert f"at most {short['total_s']:g} s in all" in done.stdout
-    assert "tests/test_grouped_gemm_gpu.py" not in done.stdout
+    assert [s["name"] for s in short["steps"]] == ["records", "measure", "measure", "measure"]
 
 
 def test_budgets_over_the_window_are_refused(tmp_path):
@@ -78,7 +89,7 @@ def test_a_cpu_host_is_refused_a_gpu_target(capsys):
 def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path,
                                                                         monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_target_records(tmp_path, "h200")
+    write_target_records(tmp_path, "h200", commit="0" * 40)  # an earlier window's
     window = copy.deepcopy(gpu_window.load())
     window["steps"] = [
         {"name": "records", "budget_s": 30, "what": "quick"},
@@ -87,7 +98,7 @@ def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path
     ]
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [
-        [sys.executable, "-c", "print('ok')"], sleep, [sys.executable, "-c", "exit(3)"]])
+        [[sys.executable, "-c", "print('ok')"]], [sleep], [[sys.executable, "-c", "exit(3)"]]])
     start = time.monotonic()
     done = gpu_window.run(window, "h200", tmp_path / "out")
     assert time.monotonic() - start < 20
@@ -100,6 +111,68 @@ def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path
         names = tar.getnames()
     assert "results/h200/gpu_window.json" in names
     assert "results/h200/logs/gpu_window/00_records_.log" in names
+    assert "results/h200/env.json" not in names  # the earlier window's records are gone
+
+
+def test_a_measure_step_asks_for_each_points_comparison_alone_in_order():
+    window = gpu_window.load()
+    steps = window["steps"]
+    argvs = gpu_window.commands(window, "h200", "overlay.yaml")
+    measured = [(s, a) for s, a in zip(steps, argvs, strict=True) if s["name"] == "measure"]
+    assert [s["case"] for s, _ in measured[:3]] == [
+        "grouped_gemm_fp8_bf16", "splash_attention", "moe_nvfp4"]  # each case's first point
+    for step, step_argvs in measured:
+        wanted = [paths.compare_record("h200", step["case"], p) for p in step["points"]]
+        assert [argv[argv.index("--") + 1:] for argv in step_argvs] == [[w] for w in wanted]
+    # Every point of every case is measured by some step of the full plan.
+    for case in ("grouped_gemm_fp8_bf16", "splash_attention", "moe_nvfp4"):
+        spec = gpu_window._case_spec(case)
+        named = [p for s, _ in measured if s["case"] == case for p in s["points"]]
+        assert sorted(named) == sorted(p["name"] for p in spec["points"])
+
+
+def test_a_measure_step_without_points_measures_every_point(tmp_path):
+    window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
+    window["steps"] = [{"name": "measure", "case": "moe_nvfp4", "budget_s": 5, "what": "x"}]
+    path = tmp_path / "gpu-window.yaml"
+    path.write_text(yaml.safe_dump(window))
+    [argvs] = gpu_window.commands(gpu_window.load(path), "h200", "o")
+    points = [p["name"] for p in gpu_window._case_spec("moe_nvfp4")["points"]]
+    assert [a[-1] for a in argvs] == [paths.compare_record("h200", "moe_nvfp4", p)
+                                      for p in points]
+
+
+@pytest.mark.parametrize("step, key, message", [
+    ({"name": "measure", "case": "splash_attention", "points": ["nope"]}, "steps.0.points",
+     "nope is not a point of splash_attention"),
+    ({"name": "case", "case": "splash_attention", "points": ["mha_causal_f16"]},
+     "steps.0.points", "only a measure step names points"),
+    ({"name": "measure", "case": "no_such_case"}, "steps.0.case", "no_such_case is not a case"),
+    ({"name": "measure"}, "steps.0.case", "a measure step names its case"),
+])
+def test_a_plan_naming_an_unknown_case_or_point_is_refused(tmp_path, step, key, message):
+    window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
+    window["steps"] = [{**step, "budget_s": 5, "what": "x"}]
+    path = tmp_path / "gpu-window.yaml"
+    path.write_text(yaml.safe_dump(window))
+    with pytest.raises(CasebookError, match=f"{re.escape(key)}: {message}"):
+        gpu_window.load(path)
+
+
+def test_a_steps_commands_run_in_order_within_its_budget_past_a_failure(tmp_path):
+    """A failed point does not stop the next; the step reports the first failure; a
+    command cut by the budget ends the step."""
+    log = tmp_path / "step.log"
+    say = [[sys.executable, "-c", f"print({i}); exit({code})"] for i, code in
+           enumerate([0, 4, 0])]
+    assert gpu_window._run_all(say, time.monotonic() + 30, log) == ("failed", 4)
+    assert log.read_text() == "0\n1\n2\n"
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    start = time.monotonic()
+    assert gpu_window._run_all([sleep, say[0]], start + 1.5, log) == (
+        "stopped at its budget", None)
+    assert time.monotonic() - start < 15
+    assert log.read_text() == "0\n1\n2\n"  # the command after the cut one never ran
 
 
 def write_target_records(root: Path, target: str, commit: str = HEAD) -> None:
@@ -226,7 +299,7 @@ def test_the_windows_measurement_settings_reach_the_workflow(tmp_path, timeout_s
         window["config"]["measurement"]["timeout_s"] = timeout_s
     overlay = tmp_path / "window.yaml"
     overlay.write_text(yaml.safe_dump(window["config"]))
-    argv = gpu_window.commands(window, "cpu", str(overlay))[0]
+    [argv] = gpu_window.commands(window, "cpu", str(overlay))[0]
     argv[argv.index("--"):argv.index("--")] = ["--dry-run", "--quiet", "rules"]
     done = subprocess.run(argv, cwd=paths.SOURCE_ROOT, capture_output=True, text=True)
     assert (done.returncode == 0) is ok, done.stdout[-2000:] + done.stderr[-2000:]
