@@ -60,7 +60,7 @@ def test_the_short_plan_is_valid_shorter_and_named_by_plan():
                           env={**os.environ, "CASEBOOK_PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
     assert f"at most {short['total_s']:g} s in all" in done.stdout
-    assert [s["name"] for s in short["steps"]] == ["records", "measure", "measure", "measure"]
+    assert [s["name"] for s in short["steps"]] == ["records", "measure", "measure"]
 
 
 def test_budgets_over_the_window_are_refused(tmp_path):
@@ -93,7 +93,7 @@ def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path
     window = copy.deepcopy(gpu_window.load())
     window["steps"] = [
         {"name": "records", "budget_s": 30, "what": "quick"},
-        {"name": "case", "case": "splash_attention", "budget_s": 1.5, "what": "hangs"},
+        {"name": "measure", "case": "splash_attention", "budget_s": 1.5, "what": "hangs"},
         {"name": "autotune", "budget_s": 30, "what": "fails"},
     ]
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
