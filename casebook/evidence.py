@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from casebook import check_power, paths, provenance, records
+from kernels import contract
 
 
 def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
@@ -17,6 +18,21 @@ def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
     if execution["interpret"]:
         return "interpreted kernel"
     return "GPU kernel" if gpus else "XLA on the host CPU"
+
+
+def honest_clock(record: dict[str, Any]) -> dict[str, Any]:
+    """A time or baseline record as shown: one whose work ran on the host
+    (``contract.runs_on_host``) but was timed by a device clock counted only the device
+    launches it made (or none), so it is shown as not timed, saying why. Records made since
+    the engine gave host work the host clock are never of this kind."""
+    measured = record.get("measurement")
+    if not record.get("timed") or not contract.runs_on_host(record["execution"]) \
+            or measured["clock_kind"] == "host":
+        return record
+    return {**{k: v for k, v in record.items() if k != "measurement"}, "timed": False,
+            "not_timed_reason": f"{records.REFUSED}: timed by the {measured['clock_kind']} "
+            "clock though its work ran on the host: that clock counted only the device "
+            "launches it made"}
 
 
 @dataclasses.dataclass
@@ -150,9 +166,9 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
         case=case, target=target, spec=spec, env=env, host=host,
         builds={v: b for v, b in builds.items() if b is not None},
         verify=grid(variants, paths.verify_record, "verify"),
-        time=grid(variants, paths.time_record, "time"),
-        baselines=grid([b["name"] for b in spec["baselines"]], paths.baseline_record,
-                       "baseline"),
+        time={k: honest_clock(r) for k, r in grid(variants, paths.time_record, "time").items()},
+        baselines={k: honest_clock(r) for k, r in grid(
+            [b["name"] for b in spec["baselines"]], paths.baseline_record, "baseline").items()},
         noise_floor=read(paths.noise_floor_record(target), "noise_floor"),
         randomized=randomized,
         tile_choices={(v, p["name"]): records.read(path, "tile_choice")

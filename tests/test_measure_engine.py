@@ -13,6 +13,7 @@ import pytest
 
 from casebook import timing
 from casebook.measure import cache, clocks, engine, gpu, guards, noise, throttle
+from kernels import contract
 from kernels.contract import Runnable
 
 pytestmark = pytest.mark.timeout(120)
@@ -218,6 +219,36 @@ def test_cuda_events_catch_work_on_a_stream_they_do_not_see():
     with pytest.raises(guards.TimerFooled, match="stream the timer does not see"):
         engine.measure(engine.Workload(runnable, inputs), QUICK, "hot", 1,
                        engine.Devices(tools))
+
+
+@pytest.mark.parametrize("facts", [
+    {"interpret": True, "device": "gpu"},  # an interpreter whose arrays live on the GPU
+    {"device": "cpu", "subject": "numerics model"},  # numpy on the host: no launch at all
+])
+def test_host_work_on_a_gpu_host_is_timed_by_the_host_clock(facts):
+    """A device clock would time only the launches the interpreter happens to make (or, for
+    a host model, find no kernel and fail): host work takes the host clock, whatever the
+    settings ask."""
+    device = fakes.Device()
+    tools = fakes.tools(device)
+
+    def call(x):
+        if facts.get("interpret"):
+            device.launch(1_000)  # a small part of its work
+        time.sleep(WORK_S)
+        return x * 2
+
+    runnable = Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                        fetch=np.asarray, execution=contract.execution("host work", **facts))
+    for clock in ("auto", "cupti_kernel"):
+        m = engine.measure(engine.Workload(runnable, inputs),
+                           dataclasses.replace(QUICK, clock=clock), "hot", 1,
+                           engine.Devices(tools))
+        assert m.clock_kind == "host" and min(m.kept) >= WORK_S
+    with pytest.raises(ValueError, match="mix host work and device kernels"):
+        engine.measure_interleaved({"host": engine.Workload(runnable, inputs),
+                                    "gpu": engine.Workload(gpu_runnable(device), inputs)},
+                                   QUICK, "hot", 1, engine.Devices(tools))
 
 
 def test_cupti_separates_kernel_time_from_launch_overhead():

@@ -13,7 +13,7 @@ import pytest
 
 from casebook import conditions, config, methods, paths, site, status, tables, timing
 from casebook.errors import CasebookError
-from casebook.evidence import Evidence
+from casebook.evidence import Evidence, honest_clock
 from casebook.measure import stats
 
 CPU = {"model": "Test CPU", "usable_cores": 2}
@@ -371,3 +371,27 @@ def test_the_committed_benchmark_records_are_on_the_methods_page(tmp_path, monke
     for path in paths.PROTOCOL_CHECKS:
         assert str(path.relative_to(paths.SOURCE_ROOT)) in page
         assert f'href="{path.relative_to(paths.SOURCE_ROOT)}' not in page  # not published
+
+
+@pytest.mark.parametrize("execution, clock, shown", [
+    ({"interpret": True, "device": "gpu"}, "cupti_kernel", False),  # its launches only
+    ({"interpret": False, "device": "cpu"}, "cuda_event", False),  # a host model
+    ({"interpret": True, "device": "cpu"}, "host", True),
+    ({"interpret": False, "device": "gpu"}, "cupti_kernel", True),
+    ({"interpret": False}, "cuda_event", True),  # a device kernel (no device named)
+])
+def test_host_work_timed_by_a_device_clock_is_shown_as_not_timed(execution, clock, shown):
+    record = {"timed": True, "execution": {"mode": "m", "poisoned": False,
+                                           "race_detection": False, **execution},
+              "measurement": {"clock_kind": clock, "median_s": 1e-4}}
+    out = honest_clock(record)
+    assert out["timed"] is shown
+    if shown:
+        assert out is record
+    else:
+        assert "measurement" not in out
+        assert out["not_timed_reason"] == (
+            f"not measurable: timed by the {clock} clock though its work ran on the host: "
+            "that clock counted only the device launches it made")
+    untimed = {**record, "timed": False, "not_timed_reason": "x"}
+    assert honest_clock(untimed) is untimed

@@ -129,7 +129,7 @@ def model_runnable(grouped: problems.GroupedProblem) -> Runnable:
                     sync=lambda out: None, fetch=np.asarray,
                     execution=contract.execution(
                         "numpy model of the kernel's arithmetic on the host CPU (not a "
-                        "kernel)", subject="numerics model"))
+                        "kernel)", subject="numerics model", device="cpu"))
 
 
 def baseline(name: str, params: dict[str, Any], build_dir: Path | None = None
