@@ -50,6 +50,7 @@ IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$P
 # on one core (jax 0.11.2's Mosaic GPU layout inference takes 50 s for each of the fused MoE
 # kernel's two lowerings); `timeout` stops a hang.
 REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
+	tests/test_worker.py \
 	tests/test_capture.py tests/test_measure_engine.py tests/test_measure_interleaved.py \
 	tests/test_compare.py tests/test_grouped_gemm_aot.py \
 	tests/test_grouped_gemm_numerics.py tests/test_mgpu_forward.py tests/test_mgpu_backward.py \

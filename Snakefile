@@ -40,12 +40,21 @@ rule all:
 
 # Snakemake's default job-start cap makes a local scheduler re-plan n times a second after
 # n jobs (casebook/local_scheduler.py): local runs drop it.
+# A local cpu run serves its jobs from one process that has imported jax and the cases
+# (casebook/worker.py), instead of each job importing them.
 onstart:
     local_scheduler.drop_rate_limit(workflow)
+    if worker.serves(workflow, MEASURED):
+        WORKER.append(worker.start(Path(".snakemake")))
 
 
 # The site is rendered; a failed verification or a refused measurement then fails the run
 # (config fail_on_failures), named in one line. Only the run itself, never one job of it.
 onsuccess:
+    worker.stop(WORKER.pop() if WORKER else None)
     if not workflow.remote_exec:
         verdict.finish(CASES, MEASURED, config["fail_on_failures"])
+
+
+onerror:
+    worker.stop(WORKER.pop() if WORKER else None)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from casebook import check_power, paths, provenance, records
-from kernels import contract
+from casebook.measure.clocks import times_on_host
 
 
 def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
@@ -22,11 +22,11 @@ def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
 
 def honest_clock(record: dict[str, Any]) -> dict[str, Any]:
     """A time or baseline record as shown: one whose work ran on the host
-    (``contract.runs_on_host``) but was timed by a device clock counted only the device
+    (``times_on_host``) but was timed by a device clock counted only the device
     launches it made (or none), so it is shown as not timed, saying why. Records made since
     the engine gave host work the host clock are never of this kind."""
     measured = record.get("measurement")
-    if not record.get("timed") or not contract.runs_on_host(record["execution"]) \
+    if not record.get("timed") or not times_on_host(record["execution"]) \
             or measured["clock_kind"] == "host":
         return record
     return {**{k: v for k, v in record.items() if k != "measurement"}, "timed": False,

@@ -17,16 +17,23 @@ from typing import Any
 import psutil
 
 PREFIX = "casebook: job profile "
+JOB_STARTED = "CASEBOOK_JOB_STARTED"  # set by casebook.worker for the jobs it forks
+JOB_CPU_S = "CASEBOOK_JOB_CPU_S"
 
 
 def line(rule: str, entered: float) -> str:
     """The profile of this process, whose job's work began at ``entered`` (time.time())."""
     cpu = os.times()
+    # A job forked by the run's worker (casebook.worker) counts from its own process's
+    # start, and the CPU that process spent before it handed the job over.
+    started = float(os.environ.get(JOB_STARTED, psutil.Process().create_time()))
+    before = float(os.environ.get(JOB_CPU_S, 0))
     return PREFIX + json.dumps({
         "rule": rule,
-        "startup_s": round(entered - psutil.Process().create_time(), 3),
+        "startup_s": round(entered - started, 3),
         "work_s": round(time.time() - entered, 3),
-        "cpu_s": round(cpu.user + cpu.system + cpu.children_user + cpu.children_system, 3),
+        "cpu_s": round(before + cpu.user + cpu.system + cpu.children_user
+                       + cpu.children_system, 3),
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }) + "\n"
 

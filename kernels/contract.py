@@ -64,7 +64,7 @@ class Execution(_Required, total=False):
     """How a Runnable runs, as its records state it: made by :func:`execution`."""
 
     framework: str
-    device: str  # the platform its work runs on ("gpu", "cpu"); absent: a device kernel
+    device: str
     subject: str  # what is measured when it is not the kernel itself
     xla_cpu_pool_workers: int
 
@@ -83,13 +83,6 @@ def execution(mode: str, *, interpret: bool = False, poisoned: bool = False,
         raise TypeError(f"unknown execution facts {sorted(unknown)}; known: "
                         f"{sorted(Execution.__optional_keys__)}")
     return Execution(mode=mode, **flags, **facts)
-
-
-def runs_on_host(execution: Execution) -> bool:
-    """Whether its time is host time: an interpreter runs it (whatever holds its arrays),
-    or its work runs on the host CPU. A device clock would time only the device work it
-    happens to launch, or nothing."""
-    return bool(execution.get("interpret")) or execution.get("device") == "cpu"
 
 
 class Runnable(NamedTuple):

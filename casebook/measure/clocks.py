@@ -24,6 +24,13 @@ from typing import Any
 from casebook.measure import gpu
 
 
+def times_on_host(execution: dict[str, Any]) -> bool:
+    """Whether only the host clock can time a runnable of ``execution`` (its contract's
+    facts): an interpreter runs it, whatever holds its arrays, or its work runs on the host
+    CPU (``device: cpu``). A device clock would count only the device work it happens to
+    launch, or none."""
+    return bool(execution.get("interpret")) or execution.get("device") == "cpu"
+
 @dataclasses.dataclass(frozen=True)
 class Timing:
     seconds: float  # the sample: what this clock measured

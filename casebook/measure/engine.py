@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from casebook.measure import cache, clocks, gpu, guards, pinning, stats, stopping, throttle
-from kernels import contract
 from kernels.contract import Runnable
 
 CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel")
@@ -147,10 +146,10 @@ class Devices:
 
     def clock(self, wanted: str, runnable: Runnable):
         """The clock ``wanted`` (auto: the finest this host has), but the host clock for a
-        runnable whose work is host work (``contract.runs_on_host``), whatever was asked:
+        runnable whose work is host work (``clocks.times_on_host``), whatever was asked:
         on a GPU host the interpreter's device launches are a fraction of its time, and a
         numpy model launches none."""
-        if contract.runs_on_host(runnable.execution):
+        if clocks.times_on_host(runnable.execution):
             return clocks.HostClock()
         if self.tools is None:
             if wanted not in ("auto", "host"):
@@ -226,7 +225,7 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
     if not workloads:
         raise ValueError("an interleaved measurement needs at least one workload")
     names = list(workloads)
-    on_host = {contract.runs_on_host(w.runnable.execution) for w in workloads.values()}
+    on_host = {clocks.times_on_host(w.runnable.execution) for w in workloads.values()}
     if len(on_host) > 1:
         raise ValueError("interleaved workloads mix host work and device kernels: one clock "
                          "cannot time both kinds")

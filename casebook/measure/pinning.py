@@ -48,6 +48,9 @@ def pin_for(target: str, measurement: dict, interpret: bool = False) -> int | No
     interpret-mode kernel: its host time is no speed result, and the interpreter runs a
     thread per warpgroup that one CPU would serialise (a splash forward time job took
     about twice as long pinned)."""
-    if target != "cpu" or interpret or not measurement.get("pin_cpu", True):
-        return None
-    return pin_process()
+    return pin_process() if pins(target, measurement, interpret) else None
+
+
+def pins(target: str, measurement: dict, interpret: bool = False) -> bool:
+    """Whether ``pin_for`` pins such a job (one that must then import jax itself)."""
+    return target == "cpu" and not interpret and measurement.get("pin_cpu", True)

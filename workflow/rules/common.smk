@@ -15,11 +15,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from casebook import (config as case_config, hostcapture, local_scheduler, paths, provenance,
-                      records, tile_table, verdict)
+                      records, tile_table, verdict, worker)
 from casebook.errors import RUN_PID, CasebookError
 
 # Each job ends when this process does, even one killed while its job was starting up.
 os.environ[RUN_PID] = str(os.getpid())
+WORKER = []  # the run's worker (casebook/worker.py), once onstart has started it
 # A job that got fewer cores than the run knows it ran beside others (time_threads); a
 # run given no cores (a cluster's, by --jobs) leaves it to each job's own Snakemake.
 try:

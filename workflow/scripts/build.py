@@ -1,5 +1,9 @@
 """Snakemake script: stage 3, one variant's build record from its points' records."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import build
 from casebook.errors import reported
 

@@ -1,5 +1,9 @@
 """Snakemake script: stage 1, this machine's environment record."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import envcapture
 from casebook.errors import reported
 

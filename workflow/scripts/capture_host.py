@@ -1,5 +1,9 @@
 """Snakemake script: stage 2, this machine's host record."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import hostcapture
 from casebook.errors import reported
 

@@ -1,5 +1,9 @@
 """Snakemake script: stage 7, the figures of one case on one target, with sidecars."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import figures
 from casebook.errors import reported
 

@@ -1,5 +1,9 @@
 """Snakemake script: stage 3, build one variant of a case at one point."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import off_device
 from casebook.errors import reported
 

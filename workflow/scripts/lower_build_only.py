@@ -1,5 +1,9 @@
 """Snakemake script: stage 3, lower one variant of a case at all its build-only points."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import off_device
 from casebook.errors import reported
 

@@ -1,5 +1,9 @@
 """Snakemake script: stage 8, the style sheet and script, as a part of the site."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import site
 from casebook.errors import reported
 

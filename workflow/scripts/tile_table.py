@@ -1,5 +1,9 @@
 """Snakemake script: a target's tile table from its tile_choice records."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import tile_table
 from casebook.errors import reported
 

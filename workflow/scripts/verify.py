@@ -1,5 +1,9 @@
 """Snakemake script: stage 4, verify one variant at one point against the oracle."""
 
+from casebook import worker
+
+worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
+
 from casebook import verify
 from casebook.errors import reported
 

@@ -1,0 +1,300 @@
+"""One process that has imported jax, the cases and casebook once, forking a child per job.
+
+Every job of a local run started Python and imported jax, the case kernels and casebook:
+about 2 s of CPU per job, in each of the ~290 jobs of a cold run. ``start`` (the
+workflow's ``onstart``) launches ``serve``, which imports them once; a script's first call,
+``fork_from_server(snakemake)``, hands its job to the server, which forks a child that runs
+the script with everything already imported. The script's own process stays what
+Snakemake waits on: it passes its standard streams to the child, relays signals to it
+and exits with its status. Where no server answers (a cluster job, a run that started
+none, a server still importing or gone) the script runs in its own process, as before.
+
+The server starts no XLA backend and no thread, so a fork is safe and every child makes
+its own backend, sized by its own CPU affinity. It serves one-thread jobs only (its
+imports sized numpy's BLAS pool for one): a measurement, which takes several cores or
+pins its process to one CPU before jax starts (``casebook.measure.pinning``), runs in
+its own process. ``start`` serves a local run of target cpu alone, whose every job runs
+on the CPU (the server's ``JAX_PLATFORMS``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pickle
+import pkgutil
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+SOCKET = "CASEBOOK_WORKER_SOCKET"  # where a run's server listens (set by ``start``)
+IN_CHILD = "CASEBOOK_WORKER_CHILD"  # set in a forked child: its script runs there
+PRELOADED = ("casebook", "kernels")  # packages imported whole by the server
+REAP_S = 0.05  # how often the server looks for children that ended
+ONE_THREAD = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+_HEADER = struct.Struct("!Q")
+_STATUS = struct.Struct("!i")
+
+
+def _send(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(_HEADER.pack(len(payload)) + payload)
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the other end closed the connection")
+        data += chunk
+    return data
+
+
+def fork_from_server(job: Any) -> None:
+    """Run this script's job in a child of the run's server: returns only in that child,
+    or where no server answers (then the job runs here); else exits with the child's
+    status. ``job``: the script's ``snakemake`` object; a job of several threads runs
+    here."""
+    path = os.environ.get(SOCKET)
+    if os.environ.get(IN_CHILD) or not path or getattr(job, "threads", 1) > 1:
+        return
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return
+    import psutil
+
+    from casebook import jobprofile
+
+    times = os.times()
+    env = {**os.environ, IN_CHILD: "1",
+           jobprofile.JOB_STARTED: repr(psutil.Process().create_time()),
+           jobprofile.JOB_CPU_S: repr(times.user + times.system)}
+    request = pickle.dumps({"script": os.path.abspath(sys.argv[0]), "argv": sys.argv,
+                            "cwd": os.getcwd(), "env": env})
+    socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
+    sock.sendall(request)
+    try:
+        (child,) = _STATUS.unpack(_receive(sock, _STATUS.size))
+    except ConnectionError:
+        sys.stderr.write("casebook: the worker closed before forking the job\n")
+        os._exit(1)
+
+    def relay(signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, relay)
+    try:
+        (status,) = _STATUS.unpack(_receive(sock, _STATUS.size))
+    except ConnectionError:
+        sys.stderr.write(f"casebook: the worker ended before the job's child {child}\n")
+        status = 1
+    os._exit(status)
+
+
+def preload() -> list[str]:
+    """Import every module of casebook and the case kernels (what jobs import), and
+    Snakemake's script module (each script's preamble); the modules left out because a
+    package they import is not installed here (a job importing one fails as it would
+    in its own process)."""
+    import snakemake.script  # noqa: F401
+
+    missing = []
+    for name in PRELOADED:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if module.name.endswith("__main__"):
+                continue
+            try:
+                importlib.import_module(module.name)
+            except ModuleNotFoundError as error:
+                missing.append(f"{module.name} ({error.name})")
+    return missing
+
+
+def fork_safe() -> str | None:
+    """Why forking this process would not be safe, or None."""
+    import threading
+
+    if threading.active_count() > 1:
+        return f"{threading.active_count()} threads run"
+    if "jax" in sys.modules:
+        from jax._src import xla_bridge
+
+        if xla_bridge._backends:
+            return f"an XLA backend started ({', '.join(xla_bridge._backends)})"
+    return None
+
+
+def _child(request: dict[str, Any], fds: list[int]) -> int:
+    """In the fork: become the job's process, run its script; the exit status."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the job's own streams
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = list(request["argv"])
+    import runpy
+
+    try:
+        runpy.run_path(request["script"], run_name="__main__")
+        return 0
+    except SystemExit as done:
+        code = done.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        sys.stderr.write(f"{code}\n")
+        return 1
+    except BaseException:  # the job's failure, reported as its own process would
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def serve(path: str, parent: int) -> None:
+    """Import everything, then fork a child per request on ``path`` until ``parent`` is
+    gone or SIGTERM arrives; a child whose job's process went away is ended."""
+    missing = preload()
+    if missing:
+        sys.stderr.write(f"casebook worker: not imported: {', '.join(missing)}\n")
+    unsafe = fork_safe()
+    if unsafe:
+        sys.stderr.write(f"casebook worker: not serving: {unsafe}\n")
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.replace(path + ".new", path)  # clients connect only once everything is imported
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}
+    served = 0
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    try:
+        while not stop and os.getppid() == parent:
+            for key, _ in selector.select(REAP_S):
+                if key.fileobj is listener:
+                    conn, _ = listener.accept()
+                    pid = _fork_job(conn, [listener, *children.values()], selector)
+                    if pid is not None:
+                        served += 1
+                        children[pid] = conn
+                        selector.register(conn, selectors.EVENT_READ, pid)
+                else:  # a job's process closed: it was killed, so its child ends too
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(key.data, signal.SIGTERM)
+                    selector.unregister(key.fileobj)
+            _reap(children, selector)
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        sys.stderr.write(f"casebook worker: served {served} jobs\n")
+
+
+def _fork_job(conn: socket.socket, others: list[socket.socket],
+              selector: selectors.BaseSelector) -> int | None:
+    """Fork ``conn``'s job; its pid, or None for a request that could not be read. The
+    child closes the server's sockets (``others``) before the job opens any file."""
+    try:
+        header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+        (size,) = _HEADER.unpack(header)
+        request = pickle.loads(_receive(conn, size))
+    except (OSError, ConnectionError, struct.error, pickle.UnpicklingError):
+        conn.close()
+        return None
+    pid = os.fork()
+    if pid == 0:
+        selector.close()
+        for sock in (*others, conn):
+            sock.close()
+        code = _child(request, fds)
+        os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(_STATUS.pack(pid))
+    return pid
+
+
+def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        with contextlib.suppress(OSError):
+            conn.sendall(_STATUS.pack(code if code >= 0 else 128 - code))
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(conn)
+        conn.close()
+
+
+def serves(workflow: Any, measured: list[str]) -> bool:
+    """Whether a run serves its jobs from a worker: a local run of target cpu alone."""
+    return (workflow.local_exec and not workflow.remote_exec and measured == ["cpu"]
+            and hasattr(os, "fork") and hasattr(socket, "send_fds"))
+
+
+def start(folder: Path) -> subprocess.Popen:
+    """Start this run's server (its socket in ``folder``) and name it in the environment
+    the jobs inherit. The server's jax sees the CPU alone, as every job of a cpu run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = str(folder / f"worker-{os.getpid()}.sock")
+    for stale in (path, path + ".new"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+    # The libraries that size a thread pool on import (numpy's BLAS) size it as for the
+    # one-thread jobs it serves (Snakemake sets these per job from its threads).
+    one_thread = dict.fromkeys(ONE_THREAD, "1")
+    server = subprocess.Popen([sys.executable, "-m", "casebook.worker", path, str(os.getpid())],
+                              stdin=subprocess.DEVNULL,
+                              env={**os.environ, **one_thread, "JAX_PLATFORMS": "cpu"})
+    os.environ[SOCKET] = path
+    return server
+
+
+def stop(server: subprocess.Popen | None) -> None:
+    """End the server ``start`` returned (jobs then run in their own processes)."""
+    os.environ.pop(SOCKET, None)
+    if server is None or server.poll() is not None:
+        return
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]))
