@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from benchmarks.workloads import write
-from casebook import jobprofile, paths, provenance
+from casebook import hostcapture, jobprofile, paths, provenance
 
 
 def _snakemake(project: Path, cores: int, config: list[str],
@@ -79,18 +79,20 @@ def jobs_planned(project: Path, config: list[str]) -> dict[str, int]:
 
 
 def checks(results: Path) -> dict[str, int]:
-    """What the run checked, counted from its records: so that a faster run can be shown
-    to check no less (every lowering, kernel check, race-detected run, mutant, guard)."""
+    """What the run checked, counted from its records under ``results`` (its target's
+    folder: committed records of other targets are not the run's): so that a faster run
+    can be shown to check no less (every lowering, kernel check, race-detected run,
+    mutant, guard)."""
     def load(pattern: str) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(results.glob(pattern))]
 
-    lowerings = load("*/*/build/*/*.json")
-    lowerings += [one for r in load(f"*/*/build/*{paths.BUILD_ONLY_SUFFIX}")
+    lowerings = load("*/build/*/*.json")
+    lowerings += [one for r in load(f"*/build/*{paths.BUILD_ONLY_SUFFIX}")
                   for one in r["lowerings"]]
-    verified = load("*/*/verify/*/*.json")
+    verified = load("*/verify/*/*.json")
     trials = [c for r in verified for c in r["checks"]]
-    power = load("*/*/check_power/*.json")
-    timed = [r for r in [*load("*/*/time/*/*.json"), *load("*/*/baseline/*/*.json")]
+    power = load("*/check_power/*.json")
+    timed = [r for r in [*load("*/time/*/*.json"), *load("*/baseline/*/*.json")]
              if r["timed"]]
     return {
         "lowerings": len(lowerings),
@@ -108,6 +110,11 @@ def checks(results: Path) -> dict[str, int]:
         "measurements": len(timed),
         "guards_passed": sum(len(r["measurement"]["guards"]) for r in timed),
     }
+
+
+def _host_target() -> str:
+    """The target a run with ``target: auto`` measures on this host."""
+    return hostcapture.device_class(hostcapture.gpu_facts()[0])
 
 
 def by_rule(logs: Path) -> dict[str, dict[str, Any]]:
@@ -149,7 +156,7 @@ def main() -> None:
         cold_wall, cold_cpu = _snakemake(project, args.cores, args.config)
         noop_wall, _ = _snakemake(project, args.cores, args.config)
         rules = by_rule(project / paths.LOGS)
-        checked = checks(project / paths.RESULTS)
+        checked = checks(project / paths.target_dir(_host_target()))
         change_point(project, args.change)
         rerun_jobs = jobs_planned(project, args.config)
         change_wall, change_cpu = _snakemake(project, args.cores, args.config)

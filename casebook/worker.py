@@ -10,11 +10,11 @@ and exits with its status. Where no server answers (a cluster job, a run that st
 none, a server still importing or gone) the script runs in its own process, as before.
 
 The server starts no XLA backend and no thread, so a fork is safe and every child makes
-its own backend, sized by its own CPU affinity. It serves one-thread jobs only (its
-imports sized numpy's BLAS pool for one): a measurement, which takes several cores or
-pins its process to one CPU before jax starts (``casebook.measure.pinning``), runs in
-its own process. ``start`` serves a local run of target cpu alone, whose every job runs
-on the CPU (the server's ``JAX_PLATFORMS``).
+its own backend, sized by its own CPU affinity. Its imports sized numpy's BLAS pool for
+one thread, so it serves jobs of one thread, and measurements that pin their process to
+one CPU before jax starts a backend (``casebook.measure.pinning``); a job of several
+threads otherwise runs in its own process. ``start`` serves a local run of target cpu
+alone, whose every job runs on the CPU (the server's ``JAX_PLATFORMS``).
 """
 
 from __future__ import annotations
@@ -58,13 +58,15 @@ def _receive(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def fork_from_server(job: Any) -> None:
+def fork_from_server(job: Any, pins_itself: bool = False) -> None:
     """Run this script's job in a child of the run's server: returns only in that child,
     or where no server answers (then the job runs here); else exits with the child's
-    status. ``job``: the script's ``snakemake`` object; a job of several threads runs
-    here."""
+    status. ``job``: the script's ``snakemake`` object. A job of several threads runs here
+    unless it ``pins_itself`` to one CPU before jax starts (a measurement on target cpu):
+    either way its threads run on one CPU, as the server's imports were sized."""
     path = os.environ.get(SOCKET)
-    if os.environ.get(IN_CHILD) or not path or getattr(job, "threads", 1) > 1:
+    several = getattr(job, "threads", 1) > 1 and not pins_itself
+    if os.environ.get(IN_CHILD) or not path or several:
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -72,13 +74,11 @@ def fork_from_server(job: Any) -> None:
     except OSError:
         sock.close()
         return
-    import psutil
-
     from casebook import jobprofile
 
     times = os.times()
     env = {**os.environ, IN_CHILD: "1",
-           jobprofile.JOB_STARTED: repr(psutil.Process().create_time()),
+           jobprofile.JOB_STARTED: repr(jobprofile.process_started()),
            jobprofile.JOB_CPU_S: repr(times.user + times.system)}
     request = pickle.dumps({"script": os.path.abspath(sys.argv[0]), "argv": sys.argv,
                             "cwd": os.getcwd(), "env": env})
@@ -125,16 +125,19 @@ def preload() -> list[str]:
 
 
 def fork_safe() -> str | None:
-    """Why forking this process would not be safe, or None."""
+    """Why forking this process would not be safe, or None: a second thread (Python's or a
+    library's, e.g. a BLAS pool), or a started XLA backend."""
     import threading
 
-    if threading.active_count() > 1:
-        return f"{threading.active_count()} threads run"
     if "jax" in sys.modules:
         from jax._src import xla_bridge
 
         if xla_bridge._backends:
             return f"an XLA backend started ({', '.join(xla_bridge._backends)})"
+    tasks = Path("/proc/self/task")
+    threads = len(os.listdir(tasks)) if tasks.is_dir() else threading.active_count()
+    if threads > 1:
+        return f"{threads} threads run"
     return None
 
 

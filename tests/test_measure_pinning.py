@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from casebook import paths
+from casebook import paths, worker
 from casebook.measure import pinning
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),
@@ -22,8 +22,8 @@ def test_the_highest_allowed_cpu_is_chosen():
         pinning.chosen_cpu(set())
 
 
-def _in_fresh_process(code: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(paths.SOURCE_ROOT)}
+def _in_fresh_process(code: str, **env_vars: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(paths.SOURCE_ROOT), **env_vars}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, check=False)
     assert done.returncode == 0, done.stderr
@@ -59,17 +59,38 @@ def test_gpu_targets_interpret_mode_and_pin_cpu_false_are_never_pinned():
     assert got == [None, None, None, expected_unpinned]
 
 
-def test_pinning_after_jax_is_refused():
+def test_pinning_after_jax_started_a_backend_is_refused():
     got = _in_fresh_process(
         "import json\n"
         "import jax\n"
         "from casebook.measure import pinning\n"
+        "jax.numpy.ones(1).block_until_ready()\n"
         "try:\n"
         "    pinning.pin_process()\n"
         "    print(json.dumps('pinned'))\n"
         "except RuntimeError as error:\n"
         "    print(json.dumps(str(error)))")
-    assert "before importing jax" in got
+    assert "before jax starts a backend" in got
+
+
+@needs_affinity
+def test_pinning_after_importing_jax_pins_xla_too():
+    """What a job forked from the run's worker does: jax imported, no backend yet (and
+    numpy's BLAS pool sized for one thread, as the worker imports it: a pool started on
+    import would keep its threads where they were)."""
+    allowed = os.sched_getaffinity(0)
+    got = _in_fresh_process(
+        "import json, os\n"
+        "import jax.numpy as jnp\n"
+        "from casebook.measure import pinning\n"
+        "cpu = pinning.pin_for('cpu', {'pin_cpu': True})\n"
+        "jnp.ones(4).block_until_ready()\n"
+        "tasks = os.listdir('/proc/self/task')\n"
+        "threads = {t: sorted(os.sched_getaffinity(int(t))) for t in tasks}\n"
+        "print(json.dumps({'cpu': cpu, 'threads': threads}))",
+        **dict.fromkeys(worker.ONE_THREAD, "1"))
+    assert got["cpu"] == max(allowed) and len(got["threads"]) > 1
+    assert all(cpus == [got["cpu"]] for cpus in got["threads"].values())
 
 
 def test_a_verify_record_says_whether_its_kernel_was_interpreted():

@@ -24,7 +24,8 @@ SCRIPT = """
 import os, sys, time, types
 from casebook import worker
 preloaded = "jax" in sys.modules
-worker.fork_from_server(types.SimpleNamespace(threads=int(os.environ.get("JOB_THREADS", 1))))
+worker.fork_from_server(types.SimpleNamespace(threads=int(os.environ.get("JOB_THREADS", 1))),
+                        pins_itself=bool(os.environ.get("JOB_PINS")))
 print(f"pid={os.getpid()} preloaded={preloaded} jax_now={'jax' in sys.modules} "
       f"cwd={os.getcwd()} value={os.environ.get('JOB_VALUE')} argv={sys.argv[1:]}")
 sys.stderr.write("to stderr\\n")
@@ -98,9 +99,12 @@ def test_the_jobs_exit_status_and_failure_are_its_process(server, tmp_path, env,
         assert message in done.stderr
 
 
-def test_a_job_of_several_threads_runs_in_its_own_process(server, tmp_path):
+def test_a_job_of_several_threads_runs_in_its_own_process_unless_it_pins_itself(
+        server, tmp_path):
     done = run_job(tmp_path, server, JOB_THREADS="2")
     assert done.returncode == 0 and facts(done.stdout)["preloaded"] == "False"
+    pinned = run_job(tmp_path, server, JOB_THREADS="2", JOB_PINS="1")
+    assert pinned.returncode == 0 and facts(pinned.stdout)["preloaded"] == "True"
 
 
 def test_without_a_server_the_job_runs_in_its_own_process(tmp_path):
@@ -149,20 +153,22 @@ def test_a_killed_job_ends_its_child(server, tmp_path, how):
 
 
 def test_a_process_with_a_thread_or_a_backend_is_not_forked():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **dict.fromkeys(worker.ONE_THREAD, "1")}
     probe = ("import threading, time\n"
              "from casebook import worker\n"
              "assert worker.fork_safe() is None\n"
              "threading.Thread(target=time.sleep, args=(1,)).start()\n"
              "print(worker.fork_safe())\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                         check=True, env=env)
     assert out.stdout.strip() == "2 threads run"
     backend = ("import jax\n"
                "from casebook import worker\n"
+               "assert worker.fork_safe() is None\n"
                "jax.numpy.zeros(1)\n"
                "print(worker.fork_safe())\n")
     out = subprocess.run([sys.executable, "-c", backend], capture_output=True, text=True,
-                         check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                         check=True, env=env)
     assert out.stdout.strip() == "an XLA backend started (cpu)"
 
 
@@ -193,3 +199,13 @@ def test_a_forked_jobs_profile_counts_its_own_process_from_its_start(monkeypatch
     forked = json.loads(jobprofile.line("verify", entered).removeprefix(jobprofile.PREFIX))
     assert forked["startup_s"] == pytest.approx(5, abs=0.01)
     assert forked["cpu_s"] >= alone["cpu_s"] + 7
+
+
+def test_a_process_start_is_read_to_the_clock_tick():
+    """psutil's is up to a second early (Linux's boot time in whole seconds)."""
+    out = subprocess.run([sys.executable, "-c", "import time; t = time.time()\n"
+                          "from casebook import jobprofile\n"
+                          "print(t - jobprofile.process_started())"],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert 0 <= float(out.stdout) < 0.5  # the interpreter's own start, and one tick

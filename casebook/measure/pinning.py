@@ -1,11 +1,11 @@
-"""A CPU measurement runs with its process on one CPU, pinned before jax is imported.
+"""A CPU measurement runs with its process on one CPU, pinned before jax starts.
 
 On a small virtual machine a process whose threads move between vCPUs takes hypervisor
 steal and cache migrations, and its A/A ratios spread several times wider than pinned
 (benchmarks/results/rerun_coverage.json records both). XLA sizes its CPU thread pool
-from the affinity it finds when it starts, so pinning must come first: pinning an
-already started XLA squeezes its threads onto one CPU, where they take turns (slower,
-and noisier than not pinning).
+from the affinity it finds when its backend starts (not on import), so pinning must come
+first: pinning an already started XLA squeezes its threads onto one CPU, where they take
+turns (slower, and noisier than not pinning).
 """
 
 from __future__ import annotations
@@ -23,10 +23,14 @@ def chosen_cpu(allowed: set[int]) -> int:
 
 def pin_process() -> int | None:
     """Pins this process to one of its CPUs and returns it; None where affinity is not
-    Linux's (nothing pinned, and records say so). Raises if jax was imported first."""
+    Linux's (nothing pinned, and records say so). Raises if an XLA backend has started
+    (importing jax starts none: a job forked from the run's worker pins itself)."""
     if "jax" in sys.modules:
-        raise RuntimeError("pin the process before importing jax: XLA has already sized "
-                           "its thread pool for every CPU")
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            raise RuntimeError("pin the process before jax starts a backend: XLA has "
+                               "already sized its thread pool for every CPU")
     if not hasattr(os, "sched_setaffinity"):
         return None
     cpu = chosen_cpu(os.sched_getaffinity(0))
@@ -53,4 +57,5 @@ def pin_for(target: str, measurement: dict, interpret: bool = False) -> int | No
 
 def pins(target: str, measurement: dict, interpret: bool = False) -> bool:
     """Whether ``pin_for`` pins such a job (one that must then import jax itself)."""
-    return target == "cpu" and not interpret and measurement.get("pin_cpu", True)
+    return (target == "cpu" and not interpret and measurement.get("pin_cpu", True)
+            and hasattr(os, "sched_setaffinity"))

@@ -1,12 +1,17 @@
 """Snakemake script: stage 6, check and time one baseline at one point."""
 
-from casebook.errors import reported
+from casebook import worker
 from casebook.measure import pinning
 
+w = snakemake.wildcards
+# Pinned to one CPU before jax starts a backend, it may run in the run's worker.
+worker.fork_from_server(snakemake, pins_itself=pinning.pins(w.target, snakemake.params.measurement))
+
+from casebook.errors import reported
+
 with reported(snakemake):
-    w = snakemake.wildcards
     pinning.pin_for(w.target, snakemake.params.measurement)
-    from casebook import timing  # after pinning: XLA sizes its thread pool on import
+    from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
 
     timing.time_baseline(
         snakemake.config["case_dir"], w.case, w.baseline, w.point, w.target,

@@ -1,11 +1,16 @@
 """Snakemake script: stage 5a, this host's A/A noise floor."""
 
-from casebook.errors import reported
+from casebook import worker
 from casebook.measure import pinning
 
+target = snakemake.wildcards.target
+# Pinned to one CPU before jax starts a backend, it may run in the run's worker.
+worker.fork_from_server(snakemake, pins_itself=pinning.pins(target, snakemake.params.measurement))
+
+from casebook.errors import reported
+
 with reported(snakemake):
-    target = snakemake.wildcards.target
     pinning.pin_for(target, snakemake.params.measurement)
-    from casebook import timing  # after pinning: XLA sizes its thread pool on import
+    from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
 
     timing.noise_floor(target, snakemake.params.measurement, snakemake.output[0])

@@ -9,13 +9,15 @@ try:
     interpreted = records.interpreted(records.read(snakemake.input.verify, "verify"))
 except CasebookError:  # read again below, where the error is reported
     interpreted = False
-if not pinning.pins(w.target, snakemake.params.measurement, interpreted):
-    worker.fork_from_server(snakemake)  # jax imported once, in the run's worker
+# A one-core interpret-mode timing, or one pinned to a CPU before jax starts a backend,
+# may run in the run's worker.
+worker.fork_from_server(
+    snakemake, pins_itself=pinning.pins(w.target, snakemake.params.measurement, interpreted))
 
 with reported(snakemake):
     checked = records.read(snakemake.input.verify, "verify")
     pinning.pin_for(w.target, snakemake.params.measurement, records.interpreted(checked))
-    from casebook import timing  # after pinning: XLA sizes its thread pool on import
+    from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
 
     timing.time_kernel(
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
