@@ -28,6 +28,8 @@ rule lower_build_only:
         paths.build_only_lowerings("{target}", "{case}", "{variant}"),
     params:
         config=build_only_config,
+    # The longest jobs start early, so that none ends the run alone on one core.
+    priority: 1
     log:
         paths.log("build", "{target}", "{case}", "{variant}", "build_only_points"),
     script:

@@ -13,6 +13,9 @@ rule noise_floor:
         paths.log("noise_floor", "{target}"),
     # A measurement takes every core, so no other job runs beside it.
     threads: measure_threads
+    # First, when env and host leave both cores free: every time job waits for it, and
+    # later one-core jobs would keep a core busy and hold it back to the run's end.
+    priority: 2
     resources:
         gpu=target_gpus,
         constraint=target_constraint,

@@ -27,6 +27,8 @@ rule check_power:
         paths.check_power_record("{target}", "{case}", "{point}"),
     params:
         config=job_config("point"),
+    # The longest jobs start early, so that none ends the run alone on one core.
+    priority: 1
     log:
         paths.log("check_power", "{target}", "{case}", "{point}"),
     script:
