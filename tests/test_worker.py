@@ -152,24 +152,21 @@ def test_a_killed_job_ends_its_child(server, tmp_path, how):
         assert job.returncode == 128 + signal.SIGTERM
 
 
-def test_a_process_with_a_thread_or_a_backend_is_not_forked():
+@pytest.mark.parametrize("unsafe, why", [
+    ("threading.Thread(target=time.sleep, args=(1,)).start()", "2 threads run"),
+    ("jax.numpy.zeros(1)", "an XLA backend started (cpu)"),
+])
+def test_a_process_with_a_thread_or_a_backend_is_not_forked(unsafe, why):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **dict.fromkeys(worker.ONE_THREAD, "1")}
     probe = ("import threading, time\n"
+             "import jax\n"
              "from casebook import worker\n"
              "assert worker.fork_safe() is None\n"
-             "threading.Thread(target=time.sleep, args=(1,)).start()\n"
+             f"{unsafe}\n"
              "print(worker.fork_safe())\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, env=env)
-    assert out.stdout.strip() == "2 threads run"
-    backend = ("import jax\n"
-               "from casebook import worker\n"
-               "assert worker.fork_safe() is None\n"
-               "jax.numpy.zeros(1)\n"
-               "print(worker.fork_safe())\n")
-    out = subprocess.run([sys.executable, "-c", backend], capture_output=True, text=True,
-                         check=True, env=env)
-    assert out.stdout.strip() == "an XLA backend started (cpu)"
+    assert out.stdout.strip() == why
 
 
 def test_the_worker_ends_with_the_run_that_started_it(tmp_path):
