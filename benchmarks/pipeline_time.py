@@ -117,12 +117,44 @@ def _host_target() -> str:
     return hostcapture.device_class(hostcapture.gpu_facts()[0])
 
 
-def by_rule(logs: Path) -> dict[str, dict[str, Any]]:
-    """Each rule's jobs, from the profiles their logs end with."""
+def profiles(logs: Path) -> list[dict[str, Any]]:
+    """Every job's profile, from the end of its log."""
+    return [p for log in sorted(logs.rglob("*.log")) if (p := jobprofile.read(log)) is not None]
+
+
+def occupancy(found: list[dict[str, Any]], cores: int) -> dict[str, Any]:
+    """How the run used its cores, second by second from its first job's start to its last
+    job's end: core-seconds no job held (nothing was ready: the critical path), split by
+    the rules of the jobs running then; and the seconds measurements held every core."""
+    spans = [(p["ended_at"] - p["startup_s"] - p["work_s"], p["ended_at"],
+              min(p["threads"], cores), p["rule"]) for p in found]
+    start, end = min(s[0] for s in spans), max(s[1] for s in spans)
+    idle = 0.0
+    idle_beside: dict[str, float] = defaultdict(float)
+    for second in range(int(end - start) + 1):
+        t0, t1 = start + second, min(start + second + 1, end)
+        running = [(min(b, t1) - max(a, t0), slots, rule) for a, b, slots, rule in spans
+                   if a < t1 and b > t0]
+        free = (t1 - t0) * cores - sum(share * slots for share, slots, _ in running)
+        if free <= 0:
+            continue
+        idle += free
+        for share, _, rule in running:
+            idle_beside[rule] += free * share / sum(r[0] for r in running)
+    return {
+        "span_s": round(end - start, 1),
+        "idle_core_s": round(idle, 1),
+        "idle_core_s_beside": {r: round(v, 1) for r, v in
+                               sorted(idle_beside.items(), key=lambda kv: -kv[1])},
+        "all_cores_held_s": round(sum(b - a for a, b, slots, _ in spans if slots >= cores), 1),
+    }
+
+
+def by_rule(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each rule's jobs, from their profiles."""
     jobs = defaultdict(list)
-    for log in sorted(logs.rglob("*.log")):
-        if (profile := jobprofile.read(log)) is not None:
-            jobs[profile["rule"]].append(profile)
+    for profile in found:
+        jobs[profile["rule"]].append(profile)
     out = {}
     for rule, profiles in sorted(jobs.items(), key=lambda kv: -sum(p["cpu_s"] for p in kv[1])):
         walls = [p["startup_s"] + p["work_s"] for p in profiles]
@@ -155,7 +187,9 @@ def main() -> None:
                        check=True)
         cold_wall, cold_cpu = _snakemake(project, args.cores, args.config)
         noop_wall, _ = _snakemake(project, args.cores, args.config)
-        rules = by_rule(project / paths.LOGS)
+        found = profiles(project / paths.LOGS)
+        rules = by_rule(found)
+        used = occupancy(found, args.cores)
         checked = checks(project / paths.target_dir(_host_target()))
         change_point(project, args.change)
         rerun_jobs = jobs_planned(project, args.config)
@@ -170,7 +204,8 @@ def main() -> None:
                      "jobs": sum(r["jobs"] for r in rules.values()),
                      "jobs_cpu_s": round(jobs_cpu, 1),
                      "startup_s": round(sum(r["startup_s"] for r in rules.values()), 1),
-                     "snakemake_cpu_s": round(cold_cpu - jobs_cpu, 1)},
+                     "snakemake_cpu_s": round(cold_cpu - jobs_cpu, 1),
+                     "cores": used},
         "noop_rerun_wall_s": round(noop_wall, 2),
         "one_point_change": {"change": args.change, "wall_s": round(change_wall, 1),
                              "cpu_s": round(change_cpu, 1), "jobs": rerun_jobs},
@@ -185,6 +220,7 @@ def main() -> None:
         print(f"  {rule:12} {r['jobs']:4} jobs  {r['cpu_s']:8.1f} CPU-s  "
               f"median {r['median_wall_s']:6.1f} s (startup {r['median_startup_s']:.1f} s)  "
               f"max {r['max_wall_s']:6.1f} s")
+    print("cores:", json.dumps(used))
     print("checked:", json.dumps(checked))
     print(write("pipeline_time", result))
 

@@ -96,4 +96,4 @@ def reported(job: Any) -> Iterator[None]:
             traceback.print_exc()  # into the log; the exception still ends the job
             raise
         finally:
-            log.write(jobprofile.line(job.rule, entered))
+            log.write(jobprofile.line(job.rule, entered, getattr(job, "threads", 1)))

@@ -1,5 +1,5 @@
 """What one job spent: starting up (interpreter, Snakemake's preamble, imports), working,
-CPU (its own and its children's) and peak memory.
+CPU (its own and its children's) and peak memory; the cores it held and when it ended.
 
 Each job's log ends with one line (``line``); ``benchmarks/pipeline_time.py`` reads them
 back (``read``) into the pipeline's profile per rule.
@@ -34,8 +34,9 @@ def process_started() -> float:
     return time.time() - age
 
 
-def line(rule: str, entered: float) -> str:
-    """The profile of this process, whose job's work began at ``entered`` (time.time())."""
+def line(rule: str, entered: float, threads: int = 1) -> str:
+    """The profile of this process, whose job's work began at ``entered`` (time.time())
+    and which held ``threads`` of the run's cores."""
     cpu = os.times()
     # A job forked by the run's worker (casebook.worker) counts from its own process's
     # start, and the CPU that process spent before it handed the job over.
@@ -48,6 +49,8 @@ def line(rule: str, entered: float) -> str:
         "cpu_s": round(before + cpu.user + cpu.system + cpu.children_user
                        + cpu.children_system, 3),
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "threads": threads,
+        "ended_at": round(time.time(), 3),
     }) + "\n"
 
 
