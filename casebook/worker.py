@@ -44,10 +44,6 @@ _HEADER = struct.Struct("!Q")
 _STATUS = struct.Struct("!i")
 
 
-def _send(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(_HEADER.pack(len(payload)) + payload)
-
-
 def _receive(sock: socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:
@@ -223,23 +219,34 @@ def _fork_job(conn: socket.socket, others: list[socket.socket],
               selector: selectors.BaseSelector) -> int | None:
     """Fork ``conn``'s job; its pid, or None for a request that could not be read. The
     child closes the server's sockets (``others``) before the job opens any file."""
+    fds: list[int] = []
     try:
         header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
         (size,) = _HEADER.unpack(header)
         request = pickle.loads(_receive(conn, size))
+        if len(fds) != 3:
+            raise ConnectionError(f"{len(fds)} standard streams passed, not 3")
     except (OSError, ConnectionError, struct.error, pickle.UnpicklingError):
+        for fd in fds:
+            os.close(fd)
         conn.close()
         return None
     pid = os.fork()
-    if pid == 0:
-        selector.close()
-        for sock in (*others, conn):
-            sock.close()
-        code = _child(request, fds)
-        os._exit(code)
+    if pid == 0:  # never returns to the server's loop
+        code = 1
+        try:
+            selector.close()
+            for sock in (*others, conn):
+                sock.close()
+            code = _child(request, fds)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
     for fd in fds:
         os.close(fd)
-    conn.sendall(_STATUS.pack(pid))
+    with contextlib.suppress(OSError):  # a job gone already: its EOF ends the child
+        conn.sendall(_STATUS.pack(pid))
     return pid
 
 
