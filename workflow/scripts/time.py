@@ -6,16 +6,18 @@ from casebook.measure import pinning
 
 w = snakemake.wildcards
 try:
-    interpreted = records.interpreted(records.read(snakemake.input.verify, "verify"))
+    checked = records.read(snakemake.input.verify, "verify")
 except CasebookError:  # read again below, where the error is reported
-    interpreted = False
+    checked = None
 # A one-core interpret-mode timing, or one pinned to a CPU before jax starts a backend,
 # may run in the run's worker.
+interpreted = checked is not None and records.interpreted(checked)
 worker.fork_from_server(
     snakemake, pins_itself=pinning.pins(w.target, snakemake.params.measurement, interpreted))
 
 with reported(snakemake):
-    checked = records.read(snakemake.input.verify, "verify")
+    if checked is None:
+        checked = records.read(snakemake.input.verify, "verify")
     pinning.pin_for(w.target, snakemake.params.measurement, records.interpreted(checked))
     from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
 
