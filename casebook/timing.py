@@ -38,9 +38,9 @@ def default_settings(**overrides: Any) -> engine.Settings:
 
 
 def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Settings:
-    """The settings ``runnable`` is measured with: an interpret-mode kernel's replace some
-    (``measurement.interpret``)."""
-    if runnable.execution.get("interpret"):
+    """The settings ``runnable`` is measured with: a host stand-in's (``records.stand_in``:
+    an interpret-mode kernel, a numerics model) replace some (``measurement.interpret``)."""
+    if records.stand_in(runnable.execution):
         measurement = {**measurement, **measurement.get("interpret", {})}
     return settings_of(measurement)
 
@@ -165,9 +165,10 @@ class PointComparison:
     times: dict[str, dict[str, Any]]
 
     @property
-    def interpreted(self) -> bool:
-        """Whether an interpret-mode kernel is among those to measure (never pinned)."""
-        return any(self.times[p["variant"]]["execution"]["interpret"]
+    def stands_in(self) -> bool:
+        """Whether a host stand-in for a kernel (``records.stand_in``) is among those to
+        measure (never pinned)."""
+        return any(records.stand_in(self.times[p["variant"]]["execution"])
                    for p in self.pairs if "why_not" not in p)
 
 
@@ -208,7 +209,7 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
         workloads[f"baseline {name}"] = engine.Workload(
             plugin.baseline(name, job.params, build_dir=job.build_dir),
             lambda rng: plugin.make_inputs(job.params, rng))
-    # An interpreted kernel is only compared with another (``comparable``), so the first
+    # A host stand-in is only compared with its own kind (``comparable``), so the first
     # workload's settings are every workload's.
     engine_settings = settings_for(next(iter(workloads.values())).runnable, settings)
     seed = verify.draw_seed()

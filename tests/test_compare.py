@@ -78,7 +78,7 @@ def test_nothing_comparable_measures_nothing_and_says_why(point, tmp_path):
     floor = floor_record(tmp_path / "floor.json", paired=0.05)
     only_listed = timing.PointComparison(point.case_dir, CASE, point.point, "cpu",
                                          point.pairs[1:], point.times)
-    assert not only_listed.interpreted
+    assert not only_listed.stands_in
     out, samples = str(tmp_path / "c.json"), str(tmp_path / "c.samples.csv")
     record = timing.compare_point(only_listed, MEASUREMENT, floor, out, samples)
     assert not record["measured"] and record["pairs"] == point.pairs[1:]
@@ -106,9 +106,9 @@ def test_pairs_are_like_with_like_and_of_one_kind_of_execution():
     assert slow["why_not"] == ("not compared: slow ran as interpreted kernel, xla as XLA on "
                                "the host CPU; their host times are not one kind of speed")
     compared = timing.PointComparison("c", CASE, "p", "cpu", pairs, times)
-    assert not compared.interpreted  # the interpreted kernel is not measured: pinned
+    assert not compared.stands_in  # the interpreted kernel is not measured: pinned
     assert timing.PointComparison("c", CASE, "p", "cpu", [{"variant": "slow",
-                                  "baseline": "xla"}], times).interpreted
+                                  "baseline": "xla"}], times).stands_in
 
 
 def test_a_floor_record_without_its_paired_floor_is_refused(point, tmp_path):

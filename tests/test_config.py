@@ -279,17 +279,24 @@ def test_shipped_global_config_is_valid():
     config.validate("configs/config.yaml", data, paths.CONFIG_SCHEMA)
 
 
-def test_interpret_mode_kernels_get_the_short_protocol():
+def test_host_stand_ins_for_a_kernel_get_the_short_protocol():
     measurement = config.load_global()["measurement"]
 
-    def runnable(interpret: bool) -> Runnable:
-        return Runnable(None, None, None, None, {"interpret": interpret})
+    def runnable(interpret: bool, **facts) -> Runnable:
+        return Runnable(None, None, None, None, {"interpret": interpret, **facts})
 
     short = timing.settings_for(runnable(True), measurement)
     full = timing.settings_for(runnable(False), measurement)
     assert full == timing.settings_of(measurement) and full.criterion == "median_precision"
     assert (short.criterion, short.count, short.warmup_calls) == ("fixed_count", 5, 1)
     assert (short.confidence, short.clock) == (full.confidence, full.clock)
+    # Case 03's numpy model of the port on the host (not the kernel): the short protocol;
+    # XLA on the host CPU is a speed result there: the full one.
+    model = stage.load("configs/cases", "grouped_gemm_fp8_bf16", "cpu", "ex69_defaults",
+                       "model")
+    timed = model.plugin.kernel("model", model.tuned, "time", build_dir=model.build_dir)
+    assert timing.settings_for(timed, measurement) == short
+    assert timing.settings_for(runnable(False, device="cpu"), measurement) == full
     with pytest.raises(CasebookError, match=r"measurement: count=2 must be at least 5"):
         timing.settings_for(runnable(True), {**measurement, "interpret": {
             "criterion": "fixed_count", "count": 2}})

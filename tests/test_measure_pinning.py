@@ -48,12 +48,12 @@ def test_a_cpu_job_is_pinned_before_jax_and_xla_starts_on_that_cpu():
 
 
 @needs_affinity
-def test_gpu_targets_interpret_mode_and_pin_cpu_false_are_never_pinned():
+def test_gpu_targets_host_stand_ins_and_pin_cpu_false_are_never_pinned():
     got = _in_fresh_process(
         "import json\n"
         "from casebook.measure import pinning\n"
         "print(json.dumps([pinning.pin_for('h200', {'pin_cpu': True}),\n"
-        "                  pinning.pin_for('cpu', {'pin_cpu': True}, interpret=True),\n"
+        "                  pinning.pin_for('cpu', {'pin_cpu': True}, stand_in=True),\n"
         "                  pinning.pin_for('cpu', {'pin_cpu': False}), pinning.pinned_cpu()]))")
     expected_unpinned = None if len(os.sched_getaffinity(0)) > 1 else min(os.sched_getaffinity(0))
     assert got == [None, None, None, expected_unpinned]
@@ -93,12 +93,15 @@ def test_pinning_after_importing_jax_pins_xla_too():
     assert all(cpus == [got["cpu"]] for cpus in got["threads"].values())
 
 
-def test_a_verify_record_says_whether_its_kernel_was_interpreted():
+def test_a_verify_record_says_whether_a_host_stand_in_ran_for_its_kernel():
     from casebook import records
 
-    def record(*interprets):
-        return {"checks": [{"execution": {"interpret": i}} for i in interprets]
-                + [{"error": "not run"}]}
-    assert records.interpreted(record(True, True))
-    assert not records.interpreted(record(False))
-    assert not records.interpreted(record())
+    def record(*executions):
+        return {"checks": [{"execution": e} for e in executions] + [{"error": "not run"}]}
+    interpreted, model = {"interpret": True}, {"interpret": False, "subject": "numerics model"}
+    kernel = {"interpret": False, "device": "cpu"}  # XLA on the host: a speed result there
+    assert records.stands_in(record(interpreted, interpreted))
+    assert records.stands_in(record(model))
+    assert not records.stands_in(record(kernel))
+    assert not records.stands_in(record({"interpret": False, "subject": ""}))
+    assert not records.stands_in(record())

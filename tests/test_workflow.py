@@ -18,7 +18,8 @@ import psutil
 import pytest
 import yaml
 
-from casebook import archive, conditions, fmt, paths
+from casebook import archive, conditions, fmt, jobprofile, paths
+from casebook.records import stand_in
 from tests.projects import (
     finished_run,
     make_project,
@@ -164,6 +165,7 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
     assert floor["pinned_cpu"] is not None and floor["repeats"] == 5
     for r in (r for r in records if r["timed"]):
         m, interpreted = r["measurement"], r["execution"]["interpret"]
+        assert interpreted == stand_in(r["execution"])
         assert m["interval"] == "run-to-run" and m["floor_applied"] == floor["noise_floor"]
         assert m["ci_low_s"] <= m["median_s"] / (1 + floor["noise_floor"])
         assert m["repeats"] == (1 if interpreted else 5)
@@ -173,6 +175,16 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
         assert r.get("shared_host", False) == (interpreted and "variant" in r)
     assert any(r.get("shared_host") for r in records)
     assert "timed on one core beside other jobs" in page
+    # A time job that measures nothing (its kernel not run here: the sm_100a variants) or
+    # a host stand-in took one core of the run's two; a speed result would take both.
+    timed = [p for p in (project / "results/cpu/splash_attention/time").glob("*/*.json")]
+    assert any(not json.loads(p.read_text())["timed"] for p in timed)
+    for path in timed:
+        r = json.loads(path.read_text())
+        log = project / paths.log("time", "cpu", "splash_attention", path.parent.name,
+                                  path.stem)
+        one_core = not r["timed"] or stand_in(r["execution"])
+        assert jobprofile.read(log)["threads"] == (1 if one_core else 2), path
     not_run = [r for r in records if not r["timed"]]
     assert {r["baseline"] for r in not_run} == {"attention_mgpu", "cudnn_dot_product_attention"}
     for record in not_run:

@@ -46,16 +46,17 @@ def pinned_cpu() -> int | None:
     return next(iter(allowed)) if len(allowed) == 1 else None
 
 
-def pin_for(target: str, measurement: dict, interpret: bool = False) -> int | None:
+def pin_for(target: str, measurement: dict, stand_in: bool = False) -> int | None:
     """A measuring job's pinning: on target cpu when ``measurement.pin_cpu`` (default
-    true). Never on a GPU target, whose host threads feed the device, nor for an
-    interpret-mode kernel: its host time is no speed result, and the interpreter runs a
-    thread per warpgroup that one CPU would serialise (a splash forward time job took
-    about twice as long pinned)."""
-    return pin_process() if pins(target, measurement, interpret) else None
+    true). Never on a GPU target, whose host threads feed the device, nor for a host
+    stand-in for a kernel (``records.stand_in``): its host time is no speed result, it
+    runs on one core beside other jobs, and the interpreter runs a thread per warpgroup
+    that one CPU would serialise (a splash forward time job took about twice as long
+    pinned)."""
+    return pin_process() if pins(target, measurement, stand_in) else None
 
 
-def pins(target: str, measurement: dict, interpret: bool = False) -> bool:
+def pins(target: str, measurement: dict, stand_in: bool = False) -> bool:
     """Whether ``pin_for`` pins such a job (one that must then import jax itself)."""
-    return (target == "cpu" and not interpret and measurement.get("pin_cpu", True)
+    return (target == "cpu" and not stand_in and measurement.get("pin_cpu", True)
             and hasattr(os, "sched_setaffinity"))

@@ -125,22 +125,35 @@ def measure_threads(wildcards):
 
 
 def time_threads(wildcards, input):
-    """A measurement's cores (measure_threads), but locally one for an interpret-mode
-    kernel on target cpu: its host time is no speed result, so it runs beside other jobs,
-    and its record says so (``shared_host``). Until its verify record exists (or while it
-    cannot be read: the time job reports that) it asks for the whole machine."""
+    """A measurement's cores (measure_threads), but locally one where nothing is measured
+    (its kernel did not pass verification: not run here, or failed) or where what is
+    measured is a host stand-in for the kernel on target cpu (``records.stand_in``: an
+    interpret-mode kernel, a numerics model): its host time is no speed result, so it runs
+    beside other jobs, and its record says so (``shared_host``). Until its verify record
+    exists (or while it cannot be read: the time job reports that) it asks for the whole
+    machine."""
     local = not (workflow.non_local_exec or workflow.remote_exec)
-    if local and wildcards.target == "cpu" and _interpreted(input.verify):
+    verified = _verify_record(input.verify) if local else None
+    if verified is not None and (not verified.get("passed", True) or (
+            wildcards.target == "cpu" and _stands_in(verified))):
         return 1
     return measure_threads(wildcards)
 
 
-def _interpreted(verify_record):
+def _verify_record(path):
     """Read without the schema (the verify record is checked by the time job itself):
     Snakemake asks for every time job's threads each time it builds the DAG."""
     try:
-        return records.interpreted(json.loads(Path(verify_record).read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        found = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _stands_in(verified):
+    try:
+        return records.stands_in(verified)
+    except (KeyError, TypeError, AttributeError):
         return False
 
 

@@ -16,8 +16,9 @@ rule time:
         measurement=config["measurement"],
     log:
         paths.log("time", "{target}", "{case}", "{variant}", "{point}"),
-    # A measurement takes every core, so no other job runs beside it; an interpret-mode
-    # kernel on target cpu takes one (its host time is no speed result).
+    # A measurement takes every core, so no other job runs beside it; a host stand-in for
+    # the kernel on target cpu (records.stand_in) takes one (its host time is no speed
+    # result).
     threads: time_threads
     resources:
         gpu=target_gpus,

@@ -8,6 +8,6 @@ with reported(snakemake):
     from casebook import timing  # imports no jax: the process may still be pinned
 
     point = timing.point_to_compare(snakemake.config["case_dir"], w.case, w.point, w.target)
-    pinning.pin_for(w.target, snakemake.params.measurement, point.interpreted)
+    pinning.pin_for(w.target, snakemake.params.measurement, point.stands_in)
     timing.compare_point(point, snakemake.params.measurement, snakemake.input.floor,
                          snakemake.output.record, snakemake.output.samples)

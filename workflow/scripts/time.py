@@ -9,16 +9,16 @@ try:
     checked = records.read(snakemake.input.verify, "verify")
 except CasebookError:  # read again below, where the error is reported
     checked = None
-# A one-core interpret-mode timing, or one pinned to a CPU before jax starts a backend,
-# may run in the run's worker.
-interpreted = checked is not None and records.interpreted(checked)
+# A one-core timing of a host stand-in (records.stand_in), or one pinned to a CPU before
+# jax starts a backend, may run in the run's worker.
+stand_in = checked is not None and records.stands_in(checked)
 worker.fork_from_server(
-    snakemake, pins_itself=pinning.pins(w.target, snakemake.params.measurement, interpreted))
+    snakemake, pins_itself=pinning.pins(w.target, snakemake.params.measurement, stand_in))
 
 with reported(snakemake):
     if checked is None:
         checked = records.read(snakemake.input.verify, "verify")
-    pinning.pin_for(w.target, snakemake.params.measurement, records.interpreted(checked))
+    pinning.pin_for(w.target, snakemake.params.measurement, records.stands_in(checked))
     from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
 
     timing.time_kernel(
