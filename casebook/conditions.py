@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from casebook import config
-from casebook.evidence import Evidence
+from casebook.evidence import Evidence, subject
 from casebook.fmt import bytes_, seconds
 from casebook.measure import stats
 
@@ -198,26 +198,45 @@ def floor_line(nf: dict[str, Any] | None) -> str:
                       if r.get("floor_set_by") == "clock resolution"))
 
 
+def _per_kind(timed: dict[Any, dict[str, Any]], gpus: list[Any], fact) -> str:
+    """``fact`` of every timed record: once where all agree, else each value followed by
+    the kinds of execution (``evidence.subject``) measured so: a host stand-in and an XLA
+    baseline on one page are measured with different protocols."""
+    kinds: dict[str, list[str]] = {}
+    for record in timed.values():
+        found = kinds.setdefault(fact(record), [])
+        if (kind := subject(record["execution"], gpus)) not in found:
+            found.append(kind)
+    if len(kinds) == 1:
+        return next(iter(kinds))
+    return "; ".join(f"{value} ({', '.join(names)})" for value, names in kinds.items())
+
+
 def measurement(ev: Evidence) -> list[str]:
     timed = {k: r for k, r in [*ev.time.items(), *ev.baselines.items()] if r["timed"]}
     lines = []
     if timed:
-        first = next(iter(timed.values()))["measurement"]
-        lines.append(f"Clock: {first['clock']}")
-        interpreted = next((r for r in ev.time.values() if r["timed"]), None)
-        if interpreted is not None:
+        gpus = ev.host["gpus"]
+        lines.append("Clock: " + _per_kind(timed, gpus, lambda r: r["measurement"]["clock"]))
+        modes = list(dict.fromkeys(r["execution"]["mode"] for r in ev.time.values()
+                                   if r["timed"]))
+        if modes:
             shared = any(r.get("shared_host") for r in ev.time.values())
-            lines.append(f"Execution: {interpreted['execution']['mode']} on "
+            lines.append(f"Execution: {'; '.join(modes)} on "
                          f"{ev.target.upper()}" + (" — interpret-mode host time, NOT GPU "
                                                    "device time" if ev.interpreted else "")
                          + ("; timed on one core beside other jobs" if shared else ""))
-        lines.append(f"Warm-up: {first['warmup_calls']} calls discarded")
-        lines.append(f"Cache state: {first['cache']['description']}")
-        lines.append(f"Throttling: {first['throttling']['description']}")
-        lines.append("Guards passed (call returning early, work on an unseen stream, "
-                     "result reused across samples): " + "; ".join(
-                         f"{name.replace('_', ' ')}: {g['detail']}"
-                         for name, g in first["guards"].items()))
+        lines.append("Warm-up: " + _per_kind(
+            timed, gpus, lambda r: f"{r['measurement']['warmup_calls']} calls discarded"))
+        lines.append("Cache state: " + _per_kind(
+            timed, gpus, lambda r: r["measurement"]["cache"]["description"]))
+        lines.append("Throttling: " + _per_kind(
+            timed, gpus, lambda r: r["measurement"]["throttling"]["description"]))
+        (name, point), first = next(iter(timed.items()))
+        lines.append("Guards passed by every timed record (call returning early, work on "
+                     f"an unseen stream, result reused across samples); {name} @ {point}'s: "
+                     + "; ".join(f"{guard.replace('_', ' ')}: {g['detail']}"
+                                 for guard, g in first["measurement"]["guards"].items()))
     for (variant, point), record in ev.time.items():
         lines.append(f"{variant} @ {point}: {_measured_or_why(record)}")
     lines.append(floor_text(ev))

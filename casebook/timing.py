@@ -45,6 +45,14 @@ def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Sett
     return settings_of(measurement)
 
 
+def cache_for(runnable: Runnable, measurement: dict[str, Any], case_cache: str) -> str:
+    """The cache state ``runnable`` is measured in: its case's (``case_cache``), but a
+    host stand-in's (``records.stand_in``) from ``measurement.interpret.cache`` where set."""
+    if records.stand_in(runnable.execution):
+        return measurement.get("interpret", {}).get("cache", case_cache)
+    return case_cache
+
+
 def host_floor(floor_path: str) -> float:
     """The host's noise floor from its record: every interval is at least this wide."""
     return records.read(floor_path, "noise_floor")["noise_floor"]
@@ -87,8 +95,8 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     return records.write(out, "time", {
         **body, "seed": seed, "execution": runnable.execution, "shared_host": shared_host,
         **measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng), settings,
-                   job.spec["measurement"]["cache"], seed, samples_path,
-                   host_floor(floor_path))})
+                  cache_for(runnable, settings, job.spec["measurement"]["cache"]), seed,
+                  samples_path, host_floor(floor_path))})
 
 
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
@@ -210,14 +218,16 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
             plugin.baseline(name, job.params, build_dir=job.build_dir),
             lambda rng: plugin.make_inputs(job.params, rng))
     # A host stand-in is only compared with its own kind (``comparable``), so the first
-    # workload's settings are every workload's.
-    engine_settings = settings_for(next(iter(workloads.values())).runnable, settings)
+    # workload's settings and cache state are every workload's.
+    first = next(iter(workloads.values())).runnable
+    engine_settings = settings_for(first, settings)
     seed = verify.draw_seed()
     body.update(seed=seed)
     try:
-        result = engine.measure_interleaved(workloads, engine_settings,
-                                            job.spec["measurement"]["cache"], seed,
-                                            engine.Devices.find())
+        result = engine.measure_interleaved(
+            workloads, engine_settings,
+            cache_for(first, settings, job.spec["measurement"]["cache"]), seed,
+            engine.Devices.find())
     except guards.Unmeasurable as error:
         table.write_interleaved(samples_path, {})
         why = f"{records.REFUSED}: {error}"

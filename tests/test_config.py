@@ -297,6 +297,12 @@ def test_host_stand_ins_for_a_kernel_get_the_short_protocol():
     timed = model.plugin.kernel("model", model.tuned, "time", build_dir=model.build_dir)
     assert timing.settings_for(timed, measurement) == short
     assert timing.settings_for(runnable(False, device="cpu"), measurement) == full
+    # A stand-in is measured hot (measurement.interpret.cache), whatever its case says;
+    # anything else in its case's cache state.
+    assert [timing.cache_for(r, measurement, "cold") for r in (
+        timed, runnable(True), runnable(False, device="cpu"))] == ["hot", "hot", "cold"]
+    as_case = {**measurement, "interpret": {"criterion": "fixed_count", "count": 5}}
+    assert timing.cache_for(runnable(True), as_case, "cold") == "cold"
     with pytest.raises(CasebookError, match=r"measurement: count=2 must be at least 5"):
         timing.settings_for(runnable(True), {**measurement, "interpret": {
             "criterion": "fixed_count", "count": 2}})

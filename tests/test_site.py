@@ -128,6 +128,30 @@ def test_the_status_names_a_numerics_model_as_what_was_verified():
     assert texts(ev)[0] == "verified (numerics model) on Test CPU CPU (2 cores), no GPU"
 
 
+def test_a_page_states_each_protocol_with_the_kind_of_execution_measured_so():
+    """A host stand-in (short protocol, hot cache) beside an XLA baseline (the full one):
+    the page's warm-up and cache lines name both, never only the first record's."""
+    ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1e-3)
+
+    def protocol(warmup, cache, clock="host"):
+        return {"clock": clock, "clock_kind": clock, "warmup_calls": warmup,
+                "cache": {"description": cache}, "interval": "within-run",
+                "throttling": {"description": "none seen", "discarded": 0},
+                "pinned_cpu": None, "stop_criterion": "fixed_count",
+                "guards": {"early_return": {"detail": "ok"}}}
+    ev.time["v", "p"]["measurement"].update(protocol(1, "hot: one input set"))
+    ev.baselines["b", "p"]["execution"] = {"mode": "XLA", "interpret": False}
+    ev.baselines["b", "p"]["measurement"].update(protocol(3, "cold: 4 sets rotated"))
+    lines = conditions.measurement(ev)
+    assert "Clock: host" in lines and "Throttling: none seen" in lines
+    assert ("Warm-up: 1 calls discarded (interpreted kernel); 3 calls discarded "
+            "(XLA on the host CPU)") in lines
+    assert ("Cache state: hot: one input set (interpreted kernel); cold: 4 sets rotated "
+            "(XLA on the host CPU)") in lines
+    assert any(line.startswith("Guards passed by every timed record") and "v @ p's" in line
+               for line in lines)
+
+
 def test_a_failed_verification_reads_as_a_failure():
     parts = status.parts(evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1,
                                   passed=False))

@@ -169,19 +169,22 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
         assert m["interval"] == "run-to-run" and m["floor_applied"] == floor["noise_floor"]
         assert m["ci_low_s"] <= m["median_s"] / (1 + floor["noise_floor"])
         assert m["repeats"] == (1 if interpreted else 5)
+        # A host stand-in is measured hot (measurement.interpret.cache), XLA as the case
+        # says (cold).
+        assert m["cache"]["mode"] == ("hot" if interpreted else "cold")
         assert (m["pinned_cpu"] is None) == interpreted
         # The interpreter's host time is no speed result: one core, beside other jobs
         # (the run has two); a speed result (time records only) the whole machine.
         assert r.get("shared_host", False) == (interpreted and "variant" in r)
     assert any(r.get("shared_host") for r in records)
     assert "timed on one core beside other jobs" in page
-    # A time job that measures nothing (its kernel not run here: the sm_100a variants) or
-    # a host stand-in took one core of the run's two; a speed result would take both.
-    timed = [p for p in (project / "results/cpu/splash_attention/time").glob("*/*.json")]
+    # A time job that measures nothing (its kernel not run here: case 01's sm_100a GEMM)
+    # or a host stand-in took one core of the run's two; a speed result would take both.
+    timed = sorted((project / "results/cpu").glob("*/time/*/*.json"))
     assert any(not json.loads(p.read_text())["timed"] for p in timed)
     for path in timed:
         r = json.loads(path.read_text())
-        log = project / paths.log("time", "cpu", "splash_attention", path.parent.name,
+        log = project / paths.log("time", "cpu", path.parents[2].name, path.parent.name,
                                   path.stem)
         one_core = not r["timed"] or stand_in(r["execution"])
         assert jobprofile.read(log)["threads"] == (1 if one_core else 2), path
