@@ -218,14 +218,14 @@ def measurement(ev: Evidence) -> list[str]:
     if timed:
         gpus = ev.host["gpus"]
         lines.append("Clock: " + _per_kind(timed, gpus, lambda r: r["measurement"]["clock"]))
-        modes = list(dict.fromkeys(r["execution"]["mode"] for r in ev.time.values()
-                                   if r["timed"]))
+        modes = {r["execution"]["mode"]: r["execution"]["interpret"]
+                 for r in ev.time.values() if r["timed"]}
         if modes:
             shared = any(r.get("shared_host") for r in ev.time.values())
-            lines.append(f"Execution: {'; '.join(modes)} on "
-                         f"{ev.target.upper()}" + (" — interpret-mode host time, NOT GPU "
-                                                   "device time" if ev.interpreted else "")
-                         + ("; timed on one core beside other jobs" if shared else ""))
+            lines.append(f"Execution on {ev.target.upper()}: " + "; ".join(
+                mode + (" — interpret-mode host time, NOT GPU device time" if interpret
+                        else "") for mode, interpret in modes.items())
+                + ("; timed on one core beside other jobs" if shared else ""))
         lines.append("Warm-up: " + _per_kind(
             timed, gpus, lambda r: f"{r['measurement']['warmup_calls']} calls discarded"))
         lines.append("Cache state: " + _per_kind(

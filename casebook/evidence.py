@@ -124,8 +124,16 @@ class Evidence:
         return sorted({subject(e, self.host["gpus"]) for e in executions})
 
     @property
+    def interpreted_timed(self) -> list[str]:
+        """The variants timed here in interpret mode (a host time, no GPU time)."""
+        return sorted({v for (v, _), r in self.time.items()
+                       if r["timed"] and r["execution"]["interpret"]})
+
+    @property
     def interpreted(self) -> bool:
-        return any(r.get("execution", {}).get("interpret") for r in self.time.values())
+        """Whether every kernel timed here ran in the interpreter (and one was)."""
+        timed = {v for (v, _), r in self.time.items() if r["timed"]}
+        return bool(timed) and timed == set(self.interpreted_timed)
 
 
 def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:

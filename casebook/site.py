@@ -170,6 +170,7 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
     return {
         "target": target, "hardware": status.hardware(ev), "status": status.parts(ev),
         "made": _made(ev), "interpreted": ev.interpreted,
+        "interpreted_timed": ev.interpreted_timed,
         "figures": _figures(spec["name"], target, manifest, root, publish_here),
         "withheld": manifest["withheld"], "failures": _failures(ev), "stale": ev.stale,
         "tables": {"Verification": tables.verification(ev, publish_here),

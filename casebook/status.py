@@ -9,6 +9,7 @@ from __future__ import annotations
 from casebook import conditions
 from casebook.evidence import Evidence
 from casebook.measure import stats
+from casebook.measure.clocks import times_on_host
 
 
 def hardware(ev: Evidence) -> str:
@@ -34,15 +35,23 @@ def _verification(ev: Evidence) -> list[dict[str, str]]:
         failed = sum(not r["passed"] for r in ev.ran.values())
         return [_phrase(f"verification FAILED at {failed} of {len(ev.ran)} points", "bad"),
                 *not_run]
-    interpreted = any(c["execution"]["interpret"] for r in ev.ran.values()
-                      for c in r["checks"] if "execution" in c)
     # Where some variants did not run, name the ones that were verified; always say what
-    # ran (a numerics model, an interpreted kernel, a GPU kernel).
+    # ran (a numerics model, an interpreted kernel, a GPU kernel) and where: on a GPU host
+    # upstream's TPU kernel still runs in the interpreter beside the GPU kernels.
     which = f"{', '.join(sorted({v for v, _ in ev.ran}))} " if not_run else ""
-    what = ", ".join(ev.subjects(list(ev.ran.values())))
-    where = "in interpret mode on the host CPU" if interpreted else f"on {hardware(ev)}"
+    where: dict[str, list[str]] = {}
+    for record in ev.ran.values():
+        for check in record["checks"]:
+            if "execution" in check:
+                place = ("in interpret mode on the host CPU" if check["execution"]["interpret"]
+                         else f"on {hardware(ev)}")
+                kinds = where.setdefault(place, [])
+                kinds += [k for k in ev.subjects([check]) if k not in kinds]
+    device_first = sorted(where.items(), key=lambda found: found[0].startswith("in "))
+    what = " and ".join(f"({', '.join(sorted(kinds))}) {place}"
+                        for place, kinds in device_first)
     weak = ev.weak
-    return [_phrase(f"{which}verified ({what}) {where}", "ok"), *not_run,
+    return [_phrase(f"{which}verified {what}", "ok"), *not_run,
             *([_phrase(f"check WEAK at {len(weak)} of {len(ev.ran)} verified points: "
                        + "; ".join(sorted(set(weak.values()))), "bad")] if weak else [])]
 
@@ -64,13 +73,19 @@ def _versus(ev: Evidence) -> list[dict[str, str]]:
 
 
 def _measurement(ev: Evidence) -> list[dict[str, str]]:
-    if not any(r["timed"] for r in ev.time.values()):
+    timed = {variant: r for (variant, _), r in ev.time.items() if r["timed"]}
+    if not timed:
         return [_phrase("not timed" if ev.host["gpus"] else "not measured on GPU", "warn")]
-    if ev.interpreted or not ev.host["gpus"]:
+    on_host = sorted(v for v, r in timed.items() if times_on_host(r["execution"]))
+    if len(on_host) == len(timed) or not ev.host["gpus"]:
         where = "in interpret mode on the host CPU" if ev.interpreted else "on the host CPU"
         return [_phrase(f"timed {where} only", "warn"),
                 _phrase("not measured on GPU", "warn")]
-    return [_phrase(f"measured on {hardware(ev)}", "ok"), *_versus(ev)]
+    # A GPU host measured its kernels on the device; a host stand-in beside them (upstream's
+    # interpreted TPU kernel) is named, its host time no speed result.
+    beside = ([_phrase(f"{', '.join(on_host)} timed on the host only (no GPU time)", "note")]
+              if on_host else [])
+    return [_phrase(f"measured on {hardware(ev)}", "ok"), *beside, *_versus(ev)]
 
 
 def parts(ev: Evidence) -> list[dict[str, str]]:

@@ -89,6 +89,40 @@ def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
     assert status.hardware(evidence(False, [H200, H200], 1, 1)) == "2× NVIDIA H200"
 
 
+def test_a_gpu_host_status_names_device_and_interpreted_runs_apart(tmp_path, monkeypatch,
+                                                                    rng):
+    """On an H200 upstream's TPU kernel still runs in the interpreter beside the GPU
+    kernels: the GPU kernels are verified and measured on the GPU, upstream is named as
+    interpreted and host-timed, never the other way round."""
+    monkeypatch.chdir(tmp_path)
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
+    interpreted = {"mode": "TPU interpret", "interpret": True, "poisoned": False,
+                   "race_detection": True}
+    ev.verify["u", "p"] = {"passed": True, "ran": True, "sources_sha256": "s",
+                           "checks": [{"execution": interpreted, "outputs": {"out": {}}}]}
+    ev.time["u", "p"] = {"timed": True, "execution": interpreted,
+                         "measurement": measurement(0.3, 0.003)}
+    compared(ev, rng, floor=None)
+    found = texts(ev)
+    assert found[0] == ("verified (GPU kernel) on NVIDIA H200 and (interpreted kernel) in "
+                        "interpret mode on the host CPU")
+    assert found[1:3] == ["measured on NVIDIA H200",
+                          "u timed on the host only (no GPU time)"]
+    assert "not measured on GPU" not in found
+    assert not ev.interpreted and ev.interpreted_timed == ["u"]
+    for record in ev.time.values():  # what the measurement condition reads
+        record["measurement"].update(clock="c", warmup_calls=3, cache={"description": "c"},
+                                     throttling={"description": "t", "discarded": 0},
+                                     guards={}, interval="within-run", pinned_cpu=None,
+                                     clock_kind="c", stop_criterion="s")
+    for record in ev.baselines.values():
+        record["measurement"].update(ev.time["v", "p"]["measurement"])
+    execution = next(line for line in conditions.measurement(ev)
+                     if line.startswith("Execution"))
+    assert execution == ("Execution on H200: m; TPU interpret — interpret-mode host time, "
+                         "NOT GPU device time")
+
+
 def test_only_kernels_and_baselines_computing_the_same_outputs_are_compared(rng):
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
     backward = {**ev.verify["v", "p"], "checks": [{"outputs": {"dq": {}, "dk": {}}}]}
