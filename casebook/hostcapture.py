@@ -15,6 +15,9 @@ from casebook.errors import CasebookError
 
 # GPU product names -> the device classes results are keyed by.
 GPU_CLASSES = {"H100": "h100", "H200": "h200", "B200": "b200"}
+# The device classes that run a kernel built for each architecture (compute capability
+# 9.0 and 10.0: an sm_90a kernel does not run on a B200, nor an sm_100a one on Hopper).
+ARCH_CLASSES = {"sm_90a": ("h100", "h200"), "sm_100a": ("b200",)}
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from casebook import conditions, config, methods, paths, records, status, tables
+from casebook import conditions, config, hostcapture, methods, paths, records, status, tables
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence, gather
 
@@ -184,6 +184,36 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
         "raw": _raw_records(ev, manifest_path, publish_here)}
 
 
+def never_run(evs: list[Evidence]) -> list[dict[str, Any]]:
+    """The device classes a case's kernels were built for on which none has run: an
+    architecture the builds of ``evs`` (one per target with records) lowered for, none of
+    whose classes (``hostcapture.ARCH_CLASSES``) is among those targets. Each with its
+    variants and the targets that lowered them, and a status that says so."""
+    have = {ev.target for ev in evs}
+    built: dict[str, dict[str, set[str]]] = {}
+    for ev in evs:
+        for variant, build in ev.builds.items():
+            for point in build["points"]:
+                for artifact in point.get("artifacts", []):
+                    arch = artifact["target"].removeprefix("cuda ")
+                    if arch in hostcapture.ARCH_CLASSES:
+                        found = built.setdefault(arch, {})
+                        found.setdefault(variant, set()).add(ev.target)
+    rows = []
+    for arch, variants in sorted(built.items()):
+        classes = hostcapture.ARCH_CLASSES[arch]
+        if have & set(classes):
+            continue
+        lowered_on = sorted({t for on in variants.values() for t in on})
+        for cls in classes:
+            text = (f"{', '.join(sorted(variants))} lowered for {arch} on "
+                    f"{', '.join(lowered_on)}, never run on a {cls.upper()}: no record")
+            rows.append({"target": cls, "hardware": f"no {cls.upper()} has run this case",
+                         "status": [{"text": text, "tone": "warn"}],
+                         "made": {"date": None, "commits": []}})
+    return rows
+
+
 def case_page(case_dir: str, case: str, targets: list[str], measured: Collection[str],
               title: str, root: str, status_path: str) -> None:
     """One case's page in the site part at ``root``: a section per target (``measured``:
@@ -192,6 +222,7 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
     spec = config.load_case(case_dir, case)
     try:
         sections = [_target_section(spec, t, measured, root) for t in targets]
+        unrun = never_run([gather(spec, t, must_exist=t in measured) for t in targets])
     except CasebookError as failure:
         shutil.rmtree(root, ignore_errors=True)  # figures and records copied so far
         error = str(failure)
@@ -201,7 +232,7 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
     else:
         error = None
         _render(paths.site_page(case, root), "case.html", site_title=title, spec=spec,
-                sections=sections, headings=conditions.HEADINGS,
+                sections=sections, never_run=unrun, headings=conditions.HEADINGS,
                 points=tables.points(spec), page="case")
     records.write(status_path, "page", {"case": case, "ok": error is None, "error": error})
 
@@ -214,12 +245,14 @@ def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
     for case in cases:
         spec = config.load_case(case_dir, case)
         page = records.read(statuses[case], "page")
-        rows = []
+        rows, evs = [], []
         for target in targets_of[case] if page["ok"] else []:
             ev = gather(spec, target, must_exist=target in measured)
+            evs.append(ev)
             rows.append({"target": target, "hardware": status.hardware(ev),
                          "status": status.parts(ev),
                          "made": _made(ev)})
+        rows += never_run(evs)
         cards.append({"spec": spec, "page": paths.site_href(paths.site_page(case)),
                       "targets": rows, "error": page["error"]})
     _render(paths.site_index(root), "index.html", site_title=title, cards=cards, page="index")

@@ -123,6 +123,27 @@ def test_a_gpu_host_status_names_device_and_interpreted_runs_apart(tmp_path, mon
                          "NOT GPU device time")
 
 
+def test_a_device_class_no_record_comes_from_is_listed_as_never_run():
+    """An architecture lowered for on a target with records, none of whose device classes
+    has records, is each of those classes' row: never run; Hopper kernels with an H200
+    record, or a case built for the host only, add none."""
+    def built(target, *archs):
+        ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
+        ev.target = target
+        ev.builds = {f"v_{a}": {"points": [{"artifacts": [{"target": f"cuda {a}"},
+                                                          {"target": "host"}]}]}
+                     for a in archs}
+        return ev
+    rows = site.never_run([built("cpu", "sm_90a", "sm_100a")])
+    assert [r["target"] for r in rows] == ["b200", "h100", "h200"]
+    (b200,) = [r for r in rows if r["target"] == "b200"]
+    assert b200["status"] == [{"text": "v_sm_100a lowered for sm_100a on cpu, never run on "
+                                       "a B200: no record", "tone": "warn"}]
+    assert [r["target"] for r in site.never_run([built("cpu", "sm_90a", "sm_100a"),
+                                                 built("h200", "sm_90a")])] == ["b200"]
+    assert site.never_run([built("cpu")]) == []
+
+
 def test_only_kernels_and_baselines_computing_the_same_outputs_are_compared(rng):
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
     backward = {**ev.verify["v", "p"], "checks": [{"outputs": {"dq": {}, "dk": {}}}]}

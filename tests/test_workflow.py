@@ -141,6 +141,11 @@ def test_the_moe_case_publishes_its_stages_verified_lowered_and_labelled(project
     assert source["file"].endswith("flashinfer/gemm/kernels/grouped_gemm_masked_blackwell.py")
     assert f"sha256 {source['sha256'][:16]}…" in page
     assert "CPU interpret-mode time or CPU XLA time, not GPU time" in page
+    # No B200 has run the case: its target's row says which variants wait for one.
+    never = ("gemm1_sm100a_n128k256s3 lowered for sm_100a on cpu, never run on a B200: "
+             "no record")
+    assert 'id="target-b200"' in page and never in page
+    assert never in (project / "site/public/index.html").read_text()
 
 
 def test_every_measured_figure_shows_how_it_was_measured(project):
