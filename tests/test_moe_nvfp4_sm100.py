@@ -21,17 +21,19 @@ from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 
 SPEC = config.load_case(config.load_global()["case_dir"], "moe_nvfp4")
 BLACKWELL = [name for name, v in port.VARIANTS.items() if v.arch == "sm_100a"]
+GEMMS = [name for name in BLACKWELL if not port.VARIANTS[name].quantize]
 NVFP4_MMA = "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X"
 POINTS = [p for key in ("points", "build_only_points") for p in SPEC.get(key, [])]
 
 
 def test_the_case_ships_blackwell_variants():
-    assert set(BLACKWELL) == {"gemm1_sm100a_n128k256s3", "gemm2_sm100a_n128k256s3"}
+    assert set(GEMMS) == {"gemm1_sm100a_n128k256s3", "gemm2_sm100a_n128k256s3"}
+    assert set(BLACKWELL) == {*GEMMS, "moe_unfused_sm100a"}
     assert set(BLACKWELL) <= {v["name"] for v in SPEC["variants"]}
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("variant", BLACKWELL)
+@pytest.mark.parametrize("variant", GEMMS)
 @pytest.mark.parametrize("point", POINTS, ids=[p["name"] for p in POINTS])
 def test_every_point_lowers_for_sm100a_within_its_budgets(variant, point):
     (artifact,) = case.build(variant, point["params"])["artifacts"]
@@ -48,6 +50,50 @@ def test_every_point_lowers_for_sm100a_within_its_budgets(variant, point):
     n = 2 * inter if chosen.gemm1 else hidden
     assert sorted(facts["grid"]) == sorted([e, n // config_.block_n, m // 128])
     assert facts["block"] == [128, 1, 1]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("point", POINTS, ids=[p["name"] for p in POINTS])
+def test_the_whole_blackwell_path_lowers_at_every_point(point):
+    """quantize (128x4 scales) -> GEMM1 -> SiLU·mul in XLA -> quantize -> GEMM2: each
+    kernel built for sm_100a within its budgets, the GEMMs on the NVFP4 MMA with their
+    accumulators in tensor memory, the quantize kernels using none."""
+    params = point["params"]
+    e, m, hidden, inter = (params[k] for k in ("experts", "m", "hidden", "inter"))
+    built = {a["kind"].split(": ")[1].split(" ")[0]: a
+             for a in case.build("moe_unfused_sm100a", params)["artifacts"]}
+    assert list(built) == ["quantize", "requantize", "gemm1", "gemm2"]
+    for stage, artifact in built.items():
+        facts = artifact["facts"]
+        assert artifact["target"] == "cuda sm_100a", stage
+        assert 0 < facts["dynamic_smem_bytes"] <= SMEM_LIMIT_BYTES, stage
+        if stage.startswith("gemm"):
+            assert facts["tcgen05_mma"] == [NVFP4_MMA] and facts["tmem_columns"] == 256
+        else:
+            assert "tmem_columns" not in facts and "tcgen05_mma" not in facts
+    assert sorted(built["gemm1"]["facts"]["grid"]) == sorted([e, 2 * inter // 128, m // 128])
+    assert sorted(built["gemm2"]["facts"]["grid"]) == sorted([e, hidden // 128, m // 128])
+
+
+@pytest.mark.compile
+def test_the_whole_blackwell_path_is_one_program_its_scales_wired_as_atoms():
+    """The path as the case calls it, lowered whole: the quantize's 128x4 bytes reach
+    each GEMM as its scale atoms (a wrong reshape fails the GEMM's operand check)."""
+    e, m, k, n = 2, 128, 256, 256
+    variant = port.VARIANTS["moe_unfused_sm100a"]
+    lowered = mgpu_lowering.lower_for_cuda(port.function(variant, e, m, k, n),
+                                           port.input_shapes(e, m, k, n))
+    launches = lowered["launches"]
+    assert [bool(launch.get("tcgen05_mma")) for launch in launches] == [
+        False, True, False, True]  # quantize, GEMM1, requantize, GEMM2
+    assert variant.outputs() == ("a1", "h", "out_unfused")
+
+
+def test_a_blackwell_path_needs_the_scales_its_mma_reads():
+    with pytest.raises(ValueError, match="must write the swizzled_128x4 scales"):
+        port.Variant("row-major scales", quantize=port.mgpu_quantize.QuantizeConfig(64),
+                     gemm1=mgpu_gemm_sm100.TuningConfig(),
+                     gemm2=mgpu_gemm_sm100.TuningConfig())
 
 
 @pytest.mark.compile

@@ -30,13 +30,15 @@ from kernels.moe_nvfp4 import (
 )
 
 H100_SMS = 132  # persistent CTAs: one per SM of an H100 SXM (the reference's sm_count)
+SCALES_128X4 = "swizzled_128x4"
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """Which kernels run, with which configuration; None: the stage is not run. A GEMM
     configured for sm_100a (``mgpu_gemm_sm100.TuningConfig``) makes a Blackwell variant,
-    whose stages must all be Blackwell kernels."""
+    whose GEMMs must all be Blackwell kernels; its quantize (no MMA: the same kernel on
+    either architecture) must write the 128x4 scale layout the block-scaled MMA reads."""
 
     description: str
     quantize: mgpu_quantize.QuantizeConfig | None = None
@@ -46,10 +48,14 @@ class Variant:
 
     def __post_init__(self):
         stages = [self.quantize, self.gemm1 or self.fused, self.gemm2]
-        blackwell = [isinstance(s, mgpu_gemm_sm100.TuningConfig) for s in stages if s]
+        blackwell = [isinstance(s, mgpu_gemm_sm100.TuningConfig) for s in stages[1:] if s]
         if any(blackwell) and not all(blackwell):
             raise ValueError(f"a variant runs on one target: sm_100a and sm_90a kernels "
                              f"mixed in {self}")
+        if any(blackwell) and self.quantize and self.quantize.scale_layout != SCALES_128X4:
+            raise ValueError(f"a Blackwell variant's quantize must write the "
+                             f"{SCALES_128X4} scales its MMA reads, not "
+                             f"{self.quantize.scale_layout}")
         if self.gemm1 and self.fused:
             raise ValueError("GEMM1 runs either unfused (gemm1) or fused, not both")
         ran = [i for i, s in enumerate(stages) if s is not None]
@@ -86,7 +92,7 @@ VARIANTS = {
                         quantize=mgpu_quantize.QuantizeConfig(64)),
     "quantize_128x4": Variant("Stage 1 alone, scales written in the reference's 128x4 "
                               "layout (what Blackwell's block-scaled MMA reads).",
-                              quantize=mgpu_quantize.QuantizeConfig(128, "swizzled_128x4")),
+                              quantize=mgpu_quantize.QuantizeConfig(128, SCALES_128X4)),
     "gemm1_m64n64s2": Variant("Stage 2 alone: masked grouped GEMM, 64×64 tiles, 2-stage "
                               "TMA ring, one tile per CTA.", gemm1=tiles(64, 64, 2)),
     "gemm1_m128n128s3": Variant("Stage 2 alone: 128×128 tiles, 3 stages.",
@@ -108,6 +114,13 @@ VARIANTS = {
     "gemm2_sm100a_n128k256s3": Variant(
         "Stage 4 alone for Blackwell (sm_100a): GEMM2 on the block-scaled NVFP4 MMA, "
         "128×128 tiles, 256 K per step, 3 stages.",
+        gemm2=mgpu_gemm_sm100.TuningConfig(128, 256, 3)),
+    "moe_unfused_sm100a": Variant(
+        "The whole path, unfused, for Blackwell (sm_100a): quantize (128x4 scales) -> "
+        "GEMM1 on the block-scaled NVFP4 MMA (h in bf16 in memory) -> SiLU·mul in XLA -> "
+        "quantize -> GEMM2 on the block-scaled MMA.",
+        quantize=mgpu_quantize.QuantizeConfig(128, SCALES_128X4),
+        gemm1=mgpu_gemm_sm100.TuningConfig(128, 256, 3),
         gemm2=mgpu_gemm_sm100.TuningConfig(128, 256, 3)),
     "moe_fused": Variant("The whole path, fused: quantize -> fused GEMM1+SiLU·mul+"
                          "requantize -> GEMM2.", quantize=mgpu_quantize.QuantizeConfig(64),
@@ -192,6 +205,15 @@ def input_shapes(e: int, m: int, k: int, n: int) -> tuple[jax.ShapeDtypeStruct, 
             w1_atoms, w2, w2_atoms)
 
 
+def _as_gemm_operand(variant: Variant, scales, rows: int, k: int):
+    """The quantize's scales as the variant's GEMM reads them: a Blackwell GEMM takes the
+    128x4 layout's bytes as its atoms [E, rows/128, k/64, 32, 16] (a reshape: the
+    quantize writes them atom after atom)."""
+    if variant.arch != "sm_100a":
+        return scales
+    return scales.reshape(scales.shape[0], *mgpu_gemm_sm100.scale_atoms(rows, k), 32, 16)
+
+
 def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = None):
     """``f(*INPUTS) -> {output: raw kernel output}`` (codes stay packed bytes here), every
     input checked (``input_shapes``, masked_m in [0, m]) before any kernel is traced."""
@@ -207,6 +229,7 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
         if variant.quantize:
             a1_packed, a1_scales = run["quantize"](hidden, a1_gs, masked)
             found["a1"] = (a1_packed, a1_scales)
+            a1_scales = _as_gemm_operand(variant, a1_scales, m, k)
         if variant.gemm1:
             h = run["gemm1"](a1_packed, a1_scales, w1_t, w1_t_scales, alpha1, masked)
             found["h"] = h
@@ -214,6 +237,7 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
                 gate, up = jnp.split(h.astype(jnp.float32), 2, axis=-1)
                 act = (jax.nn.silu(gate) * up).astype(jnp.bfloat16)
                 a2_packed, a2_scales = run["requantize"](act, a2_gs, masked)
+                a2_scales = _as_gemm_operand(variant, a2_scales, m, n)
         if variant.fused:
             a2_packed, a2_scales = run["fused"](a1_packed, a1_scales, w1_f, w1_f_scales,
                                                 alpha1, a2_gs, masked)
