@@ -8,7 +8,8 @@ their wall and CPU time summed, the median and slowest job, and the median start
 process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed, and a
 one-point change: one parameter of one point set in the clone's case config (``--change``),
 the rerun's jobs counted per rule; and what the cold run checked, counted from its
-records (``checks``). The result goes to benchmarks/results/pipeline_time.json, the cases
+records (``checks``), and the host's speed before and after (``host_speed``: runs of the
+same code differ with it). The result goes to benchmarks/results/pipeline_time.json, the cases
 run named in it (benchmarks/results/pipeline_time_before.json: the run before issue 16).
 
     .venv/bin/python -m benchmarks.pipeline_time [--cores 2]
@@ -32,8 +33,11 @@ from typing import Any
 
 import yaml
 
-from benchmarks.workloads import write
+from benchmarks.workloads import repeated_matmul, sample, write
 from casebook import hostcapture, jobprofile, paths, provenance
+from casebook.measure import stopping
+
+PROBE_SAMPLES = 300  # of the calibration's workload: about 0.1 s on the 2-core host
 
 
 def _snakemake(project: Path, cores: int, config: list[str],
@@ -51,6 +55,15 @@ def _snakemake(project: Path, cores: int, config: list[str],
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
+
+
+def host_speed() -> float:
+    """The host's speed as the run found it: the median seconds of the calibration's
+    workload (20 × 64×64 float64 matmul, one thread) over ``PROBE_SAMPLES`` calls. Runs of
+    the same code on one machine kind differ with it (a VM's neighbours take memory
+    bandwidth and cache), so each run records it before and after."""
+    return sample(repeated_matmul(20), stopping.FixedCount(PROBE_SAMPLES),
+                  warmup_calls=20)["median_s"]
 
 
 def change_point(project: Path, change: str) -> None:
@@ -185,6 +198,7 @@ def main() -> None:
         project = Path(scratch) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(paths.SOURCE_ROOT), str(project)],
                        check=True)
+        probe_before = host_speed()
         cold_wall, cold_cpu = _snakemake(project, args.cores, args.config)
         noop_wall, _ = _snakemake(project, args.cores, args.config)
         found = profiles(project / paths.LOGS)
@@ -194,11 +208,13 @@ def main() -> None:
         change_point(project, args.change)
         rerun_jobs = jobs_planned(project, args.config)
         change_wall, change_cpu = _snakemake(project, args.cores, args.config)
+        probe_after = host_speed()
     jobs_cpu = sum(r["cpu_s"] for r in rules.values())
     result = {
         "commit": provenance.commit(),
         "cores": args.cores,
         "cpu_count": os.cpu_count(),
+        "host_probe_s": {"before": probe_before, "after": probe_after},
         "config": args.config,
         "cold_run": {"wall_s": round(cold_wall, 1), "cpu_s": round(cold_cpu, 1),
                      "jobs": sum(r["jobs"] for r in rules.values()),
@@ -221,6 +237,8 @@ def main() -> None:
               f"median {r['median_wall_s']:6.1f} s (startup {r['median_startup_s']:.1f} s)  "
               f"max {r['max_wall_s']:6.1f} s")
     print("cores:", json.dumps(used))
+    print(f"host probe (calibration workload median): {probe_before * 1e6:.1f} µs before, "
+          f"{probe_after * 1e6:.1f} µs after")
     print("checked:", json.dumps(checked))
     print(write("pipeline_time", result))
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from benchmarks import pipeline_time
 from benchmarks.pipeline_time import occupancy
 from casebook import jobprofile
 
@@ -33,3 +34,21 @@ def test_a_jobs_profile_says_its_cores_and_when_it_ended():
                          .removeprefix(jobprofile.PREFIX))
     assert profile["threads"] == 3
     assert before - 0.001 <= profile["ended_at"] <= time.time() + 0.001  # to the ms
+
+
+def test_the_host_probe_is_the_median_of_the_calibration_workload(monkeypatch):
+    """The probe samples the calibration's workload (20 matmuls a call) PROBE_SAMPLES
+    times after a warm-up, and is its median: no timing asserted here."""
+    seen = {}
+
+    def fake_sample(workload, criterion, warmup_calls=0):
+        seen.update(workload=workload, criterion=criterion, warmup_calls=warmup_calls)
+        return {"median_s": 1.25e-4}
+
+    made = []
+    monkeypatch.setattr(pipeline_time, "sample", fake_sample)
+    monkeypatch.setattr(pipeline_time, "repeated_matmul",
+                        lambda reps: made.append(reps) or f"workload of {reps}")
+    assert pipeline_time.host_speed() == 1.25e-4
+    assert made == [20] and seen["workload"] == "workload of 20"
+    assert seen["criterion"].count == pipeline_time.PROBE_SAMPLES and seen["warmup_calls"] > 0
