@@ -162,7 +162,8 @@ def tile_note(spec: dict[str, Any], ev: Evidence) -> str | None:
 
 
 def _target_section(spec: dict[str, Any], target: str, measured: Collection[str],
-                    root: str) -> dict[str, Any]:
+                    root: str) -> tuple[dict[str, Any], Evidence]:
+    """The page's section of ``target``, and the evidence it was made from."""
     manifest_path = paths.figure_manifest(spec["name"], target)
     manifest = records.read(manifest_path, "manifest")
     ev = gather(spec, target, must_exist=target in measured)
@@ -181,7 +182,7 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
         "tile_note": tile_note(spec, ev),
         "noise_floor": conditions.floor_text(ev),
         "command": conditions.command(ev),
-        "raw": _raw_records(ev, manifest_path, publish_here)}
+        "raw": _raw_records(ev, manifest_path, publish_here)}, ev
 
 
 def never_run(evs: list[Evidence]) -> list[dict[str, Any]]:
@@ -221,8 +222,9 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
     the page as failed with the error instead; ``status_path`` records which it was."""
     spec = config.load_case(case_dir, case)
     try:
-        sections = [_target_section(spec, t, measured, root) for t in targets]
-        unrun = never_run([gather(spec, t, must_exist=t in measured) for t in targets])
+        made = [_target_section(spec, t, measured, root) for t in targets]
+        sections = [section for section, _ in made]
+        unrun = never_run([ev for _, ev in made])
     except CasebookError as failure:
         shutil.rmtree(root, ignore_errors=True)  # figures and records copied so far
         error = str(failure)
