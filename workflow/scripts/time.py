@@ -16,9 +16,9 @@ worker.fork_from_server(
     snakemake, pins_itself=pinning.pins(w.target, snakemake.params.measurement, stand_in))
 
 with reported(snakemake):
-    if checked is None:
-        checked = records.read(snakemake.input.verify, "verify")
-    pinning.pin_for(w.target, snakemake.params.measurement, records.stands_in(checked))
+    if checked is None:  # unreadable above: read again to report why
+        stand_in = records.stands_in(records.read(snakemake.input.verify, "verify"))
+    pinning.pin_for(w.target, snakemake.params.measurement, stand_in)
     from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
 
     timing.time_kernel(
