@@ -11,24 +11,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import kernels.moe_nvfp4 as case
 from casebook import config
 from kernels import contract, mgpu_interpret, mgpu_lowering
-from kernels.moe_nvfp4 import mgpu_gemm, mgpu_gemm_sm100, numerics, port
+from kernels.moe_nvfp4 import (
+    checks,
+    layouts,
+    mgpu_fused_sm100,
+    mgpu_gemm,
+    mgpu_gemm_sm100,
+    numerics,
+    oracle_f64,
+    port,
+    problems,
+)
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 
 SPEC = config.load_case(config.load_global()["case_dir"], "moe_nvfp4")
 BLACKWELL = [name for name, v in port.VARIANTS.items() if v.arch == "sm_100a"]
-GEMMS = [name for name in BLACKWELL if not port.VARIANTS[name].quantize]
+GEMMS = [name for name in BLACKWELL if port.VARIANTS[name].fused is None
+         and not port.VARIANTS[name].quantize]
+PATHS = [name for name in BLACKWELL if port.VARIANTS[name].quantize]
 NVFP4_MMA = "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X"
 POINTS = [p for key in ("points", "build_only_points") for p in SPEC.get(key, [])]
 
 
 def test_the_case_ships_blackwell_variants():
     assert set(GEMMS) == {"gemm1_sm100a_n128k256s3", "gemm2_sm100a_n128k256s3"}
-    assert set(BLACKWELL) == {*GEMMS, "moe_unfused_sm100a"}
+    assert set(PATHS) == {"moe_unfused_sm100a", "moe_fused_sm100a"}
+    assert set(BLACKWELL) == {*GEMMS, *PATHS, "fused_sm100a_k256s3"}
     assert set(BLACKWELL) <= {v["name"] for v in SPEC["variants"]}
 
 
@@ -76,17 +91,71 @@ def test_the_whole_blackwell_path_lowers_at_every_point(point):
 
 
 @pytest.mark.compile
-def test_the_whole_blackwell_path_is_one_program_its_scales_wired_as_atoms():
-    """The path as the case calls it, lowered whole: the quantize's 128x4 bytes reach
-    each GEMM as its scale atoms (a wrong reshape fails the GEMM's operand check)."""
+@pytest.mark.parametrize("point", POINTS, ids=[p["name"] for p in POINTS])
+def test_the_fused_kernel_lowers_at_every_point_within_its_budgets(point):
+    """GEMM1 + SiLU·mul + requantize on the NVFP4 MMA: its [128, 256] accumulator and
+    both scale tiles fill tensor memory (rounded up: 512 columns of 512); shared memory
+    is our count of its buffers, the reduction scratch Pallas adds, and the word where
+    tcgen05.alloc writes the address."""
+    params = point["params"]
+    e, m, inter = (params[k] for k in ("experts", "m", "inter"))
+    for variant in ("fused_sm100a_k256s3", "moe_fused_sm100a"):
+        built = {a["kind"].split(": ")[1].split(" ")[0]: a
+                 for a in case.build(variant, params)["artifacts"]}
+        facts = built["fused"]["facts"]
+        assert built["fused"]["target"] == "cuda sm_100a"
+        assert facts["tcgen05_mma"] == [NVFP4_MMA]
+        assert facts["tmem_columns"] == 512 == facts["tmem_limit_columns"]
+        extra = facts["dynamic_smem_bytes"] - mgpu_fused_sm100.smem_bytes(
+            port.VARIANTS[variant].fused) - plgpu.CompilerParams().reduction_scratch_bytes
+        assert 0 < extra <= 16 and facts["dynamic_smem_bytes"] <= SMEM_LIMIT_BYTES
+        assert sorted(facts["grid"]) == sorted([e, inter // 256, m // 128])
+        assert facts["block"] == [128, 1, 1]
+    assert list(built) == ["quantize", "fused", "gemm2"]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("variant, stages, outputs", [
+    ("moe_unfused_sm100a", [False, True, False, True], ("a1", "h", "out_unfused")),
+    ("moe_fused_sm100a", [False, True, True], ("a1", "a2", "out_fused"))])
+def test_each_whole_blackwell_path_is_one_program_its_scales_wired_as_atoms(
+        variant, stages, outputs):
+    """The path as the case calls it, lowered whole: each quantize's 128x4 bytes (the
+    fused kernel's included) reach the next MMA as its scale atoms (a wrong reshape fails
+    that kernel's operand check)."""
     e, m, k, n = 2, 128, 256, 256
-    variant = port.VARIANTS["moe_unfused_sm100a"]
-    lowered = mgpu_lowering.lower_for_cuda(port.function(variant, e, m, k, n),
+    chosen = port.VARIANTS[variant]
+    lowered = mgpu_lowering.lower_for_cuda(port.function(chosen, e, m, k, n),
                                            port.input_shapes(e, m, k, n))
-    launches = lowered["launches"]
-    assert [bool(launch.get("tcgen05_mma")) for launch in launches] == [
-        False, True, False, True]  # quantize, GEMM1, requantize, GEMM2
-    assert variant.outputs() == ("a1", "h", "out_unfused")
+    assert [bool(launch.get("tcgen05_mma")) for launch in lowered["launches"]] == stages
+    assert chosen.outputs() == outputs
+
+
+def test_the_fused_kernel_refuses_what_it_cannot_tile_or_hold():
+    with pytest.raises(ValueError, match=r"FusedConfig\(block_k=256, stages=4\): 241744 "
+                                         r"bytes of shared memory exceed"):
+        mgpu_fused_sm100.make(1, 128, 256, 1024, mgpu_fused_sm100.FusedConfig(256, 4))
+    with pytest.raises(ValueError, match="block_k=128"):
+        mgpu_fused_sm100.FusedConfig(128, 3)
+    with pytest.raises(ValueError, match="stages=1"):
+        mgpu_fused_sm100.FusedConfig(256, 1)
+    with pytest.raises(ValueError, match=r"\(experts, m, n, k\)=\(1, 128, 128, 256\)"):
+        mgpu_fused_sm100.make(1, 128, 128, 256, mgpu_fused_sm100.FusedConfig())
+    with pytest.raises(ValueError, match="no interpreter runs an sm_100a kernel"):
+        port.kernels(port.VARIANTS["fused_sm100a_k256s3"], 1, 128, 256, 256,
+                     interpret=mgpu_interpret.interpret_params(race_detection=False))
+
+
+def test_blackwell_w1_prepack_is_gate_up_order_of_the_reference_weight(rng):
+    """The fused kernel's W1: the reference's rows in gate_up_order, codes unchanged, each
+    row's scales moved with it into the 128x4 atoms: the dequantized weight, bit for bit."""
+    e, n, k = 2, 256, 512
+    packed, scales, _ = problems.quantized(rng, e, 2 * n, k)
+    w, atoms = layouts.fused_w1_sm100(packed, scales)
+    assert w.shape == packed.shape and atoms.shape == (e, 2 * n // 128, k // 64, 32, 16)
+    got = numerics.dequantize(w, numerics.unswizzle(atoms.reshape(e, -1), 2 * n, k // 16))
+    want = numerics.dequantize(packed, scales)[:, layouts.gate_up_order(n)]
+    assert np.array_equal(got, want)
 
 
 def test_a_blackwell_path_needs_the_scales_its_mma_reads():
@@ -197,3 +266,74 @@ def test_the_case_inputs_give_the_blackwell_gemms_their_operands(rng):
     shapes = dict(zip(port.INPUTS, port.input_shapes(e, m, k, n), strict=True))
     for name in port.INPUTS:
         assert given[name].shape == shapes[name].shape, name
+
+
+def _epilogue_harness(e: int, m: int, n: int, interpreter):
+    """The fused Blackwell kernel's epilogue (``quantize_pass`` and ``store_tile``, the
+    kernel's own code) with its accumulator read from shared memory instead of tensor
+    memory: acc [E, M, 2N] f32 in W1's prepacked column order -> (codes, 128x4 atoms)."""
+    f = mgpu_fused_sm100
+    mgpu_interpret.prepare_host_interpreter()
+
+    def body(acc_ref, alpha_ref, gs_ref, masked_ref, q_ref, s_ref, acc_smem, barrier, **s):
+        e_, block = lax.axis_index("experts"), lax.axis_index("act_blocks")
+        m_block = lax.axis_index("m_blocks")
+        m0, rows = m_block * f.BLOCK_M, masked_ref[e_]
+
+        def read_quarters(c):
+            return [plgpu.layout_cast(acc_smem[:, pl.ds(col, f.CHUNK)], f.LAYOUT)
+                    for col in f.quarter_columns(c)]
+
+        @pl.when(m0 < rows)
+        def _():
+            scale_bytes = []
+            for p in range(f.ACT_BLOCK // f.PASS):
+                plgpu.copy_gmem_to_smem(
+                    acc_ref.at[e_, pl.ds(m0, f.BLOCK_M), pl.ds((2 * block + p) * 2 * f.PASS,
+                                                               2 * f.PASS)], acc_smem, barrier)
+                plgpu.barrier_wait(barrier)
+                scale_bytes += f.quantize_pass(read_quarters, s["q_smem"], p, alpha_ref[e_],
+                                               gs_ref[e_])
+                plgpu.commit_smem()  # every thread has read acc_smem before it is refilled
+            f.store_tile(scale_bytes, s, q_ref, s_ref, e_, m_block, block, rows)
+
+    full = f.scratch_types(f.FusedConfig())
+    scratch = {key: full[key] for key in ("q_smem", "s_smem", "atoms_smem")}
+    return plgpu.kernel(
+        body, out_type=(jax.ShapeDtypeStruct((e, m, n // 2), jnp.uint8),
+                        jax.ShapeDtypeStruct((e, *mgpu_gemm_sm100.scale_atoms(m, n), 32, 16),
+                                             jnp.uint8)),
+        grid=(e, n // f.ACT_BLOCK, m // f.BLOCK_M),
+        grid_names=("experts", "act_blocks", "m_blocks"),
+        scratch_types={**scratch, "acc_smem": plgpu.SMEM((f.BLOCK_M, 2 * f.PASS), jnp.float32),
+                       "barrier": plgpu.Barrier(num_arrivals=1)}, interpret=interpreter)
+
+
+@pytest.mark.interpret
+@pytest.mark.timeout(300)
+def test_the_fused_epilogue_requantizes_the_accumulator_in_the_interpreter(rng, interpreter):
+    """What the Blackwell fused kernel does after its MMAs, run by the interpreter (race
+    detection on, memory NaN-poisoned) on a random accumulator: alpha, SiLU·mul and the
+    NVFP4 quantize of every act column, the codes where gate_up_order put them and the
+    scales as the 128x4 atoms GEMM2 reads, checked tie-aware against the float64 model
+    (f32 evaluation bound: ``silu_mul_error``). Only the tensor-memory reads and the MMAs
+    are not run here: no interpreter has them."""
+    e, m, n = 3, 256, 512
+    h = rng.standard_normal((e, m, 2 * n)).astype(np.float32) * rng.uniform(
+        0.5, 4, (e, 1, 1)).astype(np.float32)
+    alpha = rng.uniform(0.25, 2, e).astype(np.float32)
+    masked = np.array([m, rng.integers(1, m), 0], np.int32)[rng.permutation(e)]
+    exact = h.astype(np.float64) * alpha[:, None, None]
+    act = np.nan_to_num(oracle_f64.silu_mul(exact))
+    gs = problems.global_scale(act)
+    acc = np.ascontiguousarray(h[..., layouts.gate_up_order(n)])
+    packed, atoms = map(np.asarray, _epilogue_harness(e, m, n, interpreter)(
+        acc, alpha, gs, masked))
+    assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
+    valid = oracle_f64.valid_rows(masked, m)
+    act_error = oracle_f64.silu_mul_error(exact, np.abs(exact) * 2.0**-24)
+    result = checks.tie_aware(act, gs, packed, atoms.reshape(e, -1), valid, act_error)
+    assert result["passed"], result
+    assert (packed[~valid] == 0xFF).all()  # rows past masked_m never written
+    blocks_written = np.arange(m // 128)[None, :] * 128 < masked[:, None]
+    assert (atoms[~blocks_written] == 0xFF).all() and (atoms[blocks_written] != 0xFF).any()

@@ -47,6 +47,7 @@ def make(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarr
     alpha2 = (1 / (a2_gs.astype(np.float64) * w2_gs)).astype(np.float32)
     w1_t, w1_t_scales = layouts.k_pair_major(w1_packed, w1_scales)
     w1_f, w1_f_scales = layouts.fused_w1(w1_packed, w1_scales)
+    w1_f_sm100, w1_f_sm100_scales = layouts.fused_w1_sm100(w1_packed, w1_scales)
     w2_t, w2_t_scales = layouts.k_pair_major(w2_packed, w2_scales)
     bf16 = ml_dtypes.bfloat16
     return {
@@ -58,6 +59,7 @@ def make(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarr
         "a2_packed": a2_packed, "a2_scales": a2_scales,
         "w1_t": w1_t, "w1_t_scales": w1_t_scales, "w1_f": w1_f, "w1_f_scales": w1_f_scales,
         "w2_t": w2_t, "w2_t_scales": w2_t_scales,
+        "w1_f_sm100": w1_f_sm100, "w1_f_sm100_scales_128x4": w1_f_sm100_scales,
         # Blackwell's block-scaled MMA reads the scales in the reference's 128x4 layout.
         **{f"{name}_128x4": numerics.scale_atoms(scales) for name, scales in (
             ("a1_scales", a1_scales), ("a2_scales", a2_scales), ("w1_scales", w1_scales),

@@ -36,3 +36,12 @@ def fused_w1(packed: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nda
     pairs, pair_scales = k_pair_major(packed, scales)
     order = gate_up_order(packed.shape[-2] // 2)
     return np.ascontiguousarray(pairs[..., order]), np.ascontiguousarray(pair_scales[..., order])
+
+
+def fused_w1_sm100(packed: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """W1 [E, 2N, K/2] (+ row-major scales [E, 2N, K/16]) prepacked for Blackwell's fused
+    kernel: rows in ``gate_up_order`` (codes stay K-major, as the MMA reads them), their
+    scales in the 128x4 layout's atoms [E, 2N/128, K/64, 32, 16]."""
+    order = gate_up_order(packed.shape[-2] // 2)
+    return (np.ascontiguousarray(packed[..., order, :]),
+            numerics.scale_atoms(np.ascontiguousarray(scales[..., order, :])))

@@ -81,16 +81,15 @@ def _codes(shape) -> plgpu.SMEM:
                       transforms=(plgpu.TilingTransform((8, 256)), plgpu.SwizzleTransform(128)))
 
 
-def scratch_types(config: TuningConfig) -> dict:
-    """The kernel's shared and tensor memory by name."""
-    bn, bk, stages = config.block_n, config.block_k, config.stages
+def k_loop_scratch(bn: int, bk: int, stages: int) -> dict:
+    """What ``block_scaled_k_loop`` uses, by name: the TMA ring of codes and scale atoms,
+    the accumulator [128, bn] and both scale tiles in tensor memory, its barriers."""
     atoms_k = bk // ATOM_K
     return {
         "a_smem": _codes((stages, BLOCK_M, bk)),
         "b_smem": _codes((stages, bn, bk)),
         "sa_smem": plgpu.SMEM((stages, 1, atoms_k, 32, 16), jnp.float8_e4m3fn),
         "sb_smem": plgpu.SMEM((stages, bn // ATOM_ROWS, atoms_k, 32, 16), jnp.float8_e4m3fn),
-        "o_smem": plgpu.SMEM((BLOCK_M, bn), jnp.bfloat16),
         "acc_tmem": plgpu.TMEM((BLOCK_M, bn), jnp.float32),
         "sa_tmem": plgpu.TMEM((BLOCK_M, bk // SCALE_BLOCK), jnp.float8_e4m3fn,
                               layout=plgpu.TMEMLayout.SCALES_LAYOUT),
@@ -102,12 +101,22 @@ def scratch_types(config: TuningConfig) -> dict:
     }
 
 
-def smem_bytes(config: TuningConfig) -> int:
-    """Shared memory of the scratch buffers, e2m1 codes at half a byte each (tensor
-    memory is budgeted apart, in columns)."""
-    shared = {k: v for k, v in scratch_types(config).items() if not k.endswith("_tmem")}
+def shared_bytes(scratch: dict) -> int:
+    """Shared memory of scratch buffers, e2m1 codes at half a byte each (tensor memory
+    is budgeted apart, in columns)."""
+    shared = {k: v for k, v in scratch.items() if not k.endswith("_tmem")}
     codes = sum(math.prod(shared.pop(k).shape) // 2 for k in ("a_smem", "b_smem"))
     return codes + mgpu_lowering.scratch_bytes(shared)
+
+
+def scratch_types(config: TuningConfig) -> dict:
+    """The kernel's shared and tensor memory by name."""
+    return {**k_loop_scratch(config.block_n, config.block_k, config.stages),
+            "o_smem": plgpu.SMEM((BLOCK_M, config.block_n), jnp.bfloat16)}
+
+
+def smem_bytes(config: TuningConfig) -> int:
+    return shared_bytes(scratch_types(config))
 
 
 def make(problem: Problem, config: TuningConfig):
@@ -119,7 +128,7 @@ def make(problem: Problem, config: TuningConfig):
         raise ValueError(f"{config}: {used} bytes of shared memory exceed the "
                          f"{SMEM_LIMIT_BYTES}-byte limit")
     bn, bk, stages = config.block_n, config.block_k, config.stages
-    k_steps, atoms_k = problem.k // bk, bk // ATOM_K
+    k_steps = problem.k // bk
 
     def body(a_ref, sa_ref, b_ref, sb_ref, alpha_ref, masked_ref, out_ref, **s):
         e = lax.axis_index("experts")
@@ -129,51 +138,8 @@ def make(problem: Problem, config: TuningConfig):
 
         @pl.when(m0 < rows)
         def _():
-            @pl.core_map(plgpu.WarpMesh(axis_name="warp"))
-            def _per_warp():
-                warp = lax.axis_index("warp")
-
-                @pl.when(warp == TMA_WARP)
-                def _load():
-                    def step(ki, carry):
-                        slot = lax.rem(ki, stages)
-
-                        @pl.when(ki >= stages)
-                        def _():
-                            plgpu.barrier_wait(s["consumed"].at[slot])
-
-                        k_slice, atoms = pl.ds(ki * bk, bk), pl.ds(ki * atoms_k, atoms_k)
-                        loaded = s["loaded"].at[slot]
-                        plgpu.copy_gmem_to_smem(a_ref.at[e, pl.ds(m0, BLOCK_M), k_slice],
-                                                s["a_smem"].at[slot], loaded)
-                        plgpu.copy_gmem_to_smem(b_ref.at[e, pl.ds(n0, bn), k_slice],
-                                                s["b_smem"].at[slot], loaded)
-                        plgpu.copy_gmem_to_smem(sa_ref.at[e, pl.ds(m_block, 1), atoms],
-                                                s["sa_smem"].at[slot], loaded)
-                        plgpu.copy_gmem_to_smem(
-                            sb_ref.at[e, pl.ds(n_block * (bn // ATOM_ROWS), bn // ATOM_ROWS),
-                                      atoms],
-                            s["sb_smem"].at[slot], loaded)
-                        return carry
-
-                    lax.fori_loop(0, k_steps, step, None)
-
-                @pl.when(warp == MMA_WARP)
-                def _multiply():
-                    def step(ki, carry):
-                        slot = lax.rem(ki, stages)
-                        plgpu.barrier_wait(s["loaded"].at[slot])
-                        plgpu.async_copy_scales_to_tmem(s["sa_smem"].at[slot], s["sa_tmem"])
-                        plgpu.async_copy_scales_to_tmem(s["sb_smem"].at[slot], s["sb_tmem"])
-                        plgpu.tcgen05_mma(s["acc_tmem"], s["a_smem"].at[slot],
-                                          s["b_smem"].at[slot].transpose((1, 0)),
-                                          s["consumed"].at[slot], a_scale=s["sa_tmem"],
-                                          b_scale=s["sb_tmem"], accumulate=ki > 0)
-                        return carry
-
-                    lax.fori_loop(0, k_steps, step, None)
-                    plgpu.tcgen05_commit_arrive(s["mma_done"])
-
+            block_scaled_k_loop((a_ref, sa_ref, b_ref, sb_ref), s, e, m_block, n_block, bn,
+                                bk, stages, k_steps)
             plgpu.barrier_wait(s["mma_done"])
             acc = plgpu.async_load_tmem(s["acc_tmem"])
             plgpu.wait_load_tmem()
@@ -190,19 +156,77 @@ def make(problem: Problem, config: TuningConfig):
         scratch_types=scratch_types(config))
 
     def run(a, a_scales, b, b_scales, alpha, masked_m):
-        return call(_e2m1(a), _e4m3(a_scales), _e2m1(b), _e4m3(b_scales), alpha, masked_m)
+        return call(as_e2m1(a), as_e4m3(a_scales), as_e2m1(b), as_e4m3(b_scales), alpha, masked_m)
 
     return arguments.checked(run, ("a", "a_scales", "b", "b_scales", "alpha", "masked_m"),
                              arg_shapes(problem), problem.m, {})
 
 
-def _e2m1(packed):
+def block_scaled_k_loop(operands, s, e, m_block, b_block, bn: int, bk: int, stages: int,
+                        k_steps: int, step0: int = 0, before_mma=None) -> None:
+    """One K loop of s["acc_tmem"] = A[e, 128-row block m_block] @ B[e, bn-row block
+    b_block]ᵀ on the block-scaled NVFP4 MMA: warp 0 fills the ``stages``-deep TMA ring
+    (codes and 128x4 scale atoms of A and B), warp 1 copies each step's scales to tensor
+    memory and issues the MMA, which frees the slot; s["mma_done"] is arrived on when the
+    accumulator is complete. ``step0``: the ring's steps already taken (a kernel running
+    several loops keeps one ring); ``before_mma``: what warp 1 waits for first."""
+    a_ref, sa_ref, b_ref, sb_ref = operands
+    atoms_k, b_atoms = bk // ATOM_K, bn // ATOM_ROWS
+
+    @pl.core_map(plgpu.WarpMesh(axis_name="warp"))
+    def _per_warp():
+        warp = lax.axis_index("warp")
+
+        @pl.when(warp == TMA_WARP)
+        def _load():
+            def step(ki, carry):
+                slot = lax.rem(step0 + ki, stages)
+
+                @pl.when(step0 + ki >= stages)
+                def _():
+                    plgpu.barrier_wait(s["consumed"].at[slot])
+
+                k_slice, atoms = pl.ds(ki * bk, bk), pl.ds(ki * atoms_k, atoms_k)
+                loaded = s["loaded"].at[slot]
+                plgpu.copy_gmem_to_smem(a_ref.at[e, pl.ds(m_block * BLOCK_M, BLOCK_M), k_slice],
+                                        s["a_smem"].at[slot], loaded)
+                plgpu.copy_gmem_to_smem(b_ref.at[e, pl.ds(b_block * bn, bn), k_slice],
+                                        s["b_smem"].at[slot], loaded)
+                plgpu.copy_gmem_to_smem(sa_ref.at[e, pl.ds(m_block, 1), atoms],
+                                        s["sa_smem"].at[slot], loaded)
+                plgpu.copy_gmem_to_smem(sb_ref.at[e, pl.ds(b_block * b_atoms, b_atoms), atoms],
+                                        s["sb_smem"].at[slot], loaded)
+                return carry
+
+            lax.fori_loop(0, k_steps, step, None)
+
+        @pl.when(warp == MMA_WARP)
+        def _multiply():
+            if before_mma is not None:
+                before_mma()
+
+            def step(ki, carry):
+                slot = lax.rem(step0 + ki, stages)
+                plgpu.barrier_wait(s["loaded"].at[slot])
+                plgpu.async_copy_scales_to_tmem(s["sa_smem"].at[slot], s["sa_tmem"])
+                plgpu.async_copy_scales_to_tmem(s["sb_smem"].at[slot], s["sb_tmem"])
+                plgpu.tcgen05_mma(s["acc_tmem"], s["a_smem"].at[slot],
+                                  s["b_smem"].at[slot].transpose((1, 0)),
+                                  s["consumed"].at[slot], a_scale=s["sa_tmem"],
+                                  b_scale=s["sb_tmem"], accumulate=ki > 0)
+                return carry
+
+            lax.fori_loop(0, k_steps, step, None)
+            plgpu.tcgen05_commit_arrive(s["mma_done"])
+
+
+def as_e2m1(packed):
     """uint8 [..., K/2] -> e2m1 [..., K] (low nibble first, as the reference packs)."""
     codes = lax.bitcast_convert_type(packed, jnp.float4_e2m1fn)
     return codes.reshape(*packed.shape[:-1], -1)
 
 
-def _e4m3(scale_bytes):
+def as_e4m3(scale_bytes):
     return lax.bitcast_convert_type(scale_bytes, jnp.float8_e4m3fn)
 
 

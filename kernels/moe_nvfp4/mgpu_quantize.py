@@ -54,15 +54,17 @@ class QuantizeConfig:
                              "row per CTA)")
 
 
-def quantize_pair(even, odd, gs):
-    """float32 [R, 64] tiles of even and odd K (128 K per row, 8 blocks of 16) ->
-    (packed int32 bytes [R, 64], 8 int32 vectors of scale bytes over rows)."""
-    cols = plgpu.broadcasted_iota(jnp.int32, even.shape, 1, layout=WGMMA) // 8
+def quantize_pair(even, odd, gs, layout=WGMMA):
+    """float32 [R, W] tiles of even and odd K (2W K per row: W/8 blocks of 16, W a
+    multiple of 8), in ``layout`` -> (packed int32 bytes [R, W], W/8 int32 vectors of
+    scale bytes over rows)."""
+    cols = plgpu.broadcasted_iota(jnp.int32, even.shape, 1, layout=layout) // 8
+    groups = even.shape[1] // 8
     magnitude = jnp.maximum(jnp.abs(even), jnp.abs(odd))
     scales = [encode.e4m3(jnp.where(cols == g, magnitude, 0.0).max(axis=1) * gs / 6.0)
-              for g in range(8)]
+              for g in range(groups)]
     sf = lax.broadcast_in_dim(scales[0][0], even.shape, [0])
-    for g in range(1, 8):
+    for g in range(1, groups):
         sf = jnp.where(cols == g, lax.broadcast_in_dim(scales[g][0], even.shape, [0]), sf)
     zero = sf == 0.0
     divisor = jnp.where(zero, 1.0, sf)
@@ -77,12 +79,28 @@ def quantize_pair(even, odd, gs):
 def merge_scale_bytes(s_smem, vectors, half):
     """Write 8 scale-byte vectors into columns 8*half.. of the [R, 16] scale tile (two
     128-K steps fill one 16-byte TMA row)."""
-    shape = s_smem.shape
-    cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=WGMMA)
-    tile = plgpu.layout_cast(s_smem[...], WGMMA).astype(jnp.int32)
+    s_smem[...] = scale_tile(vectors, s_smem.shape, 8 * half,
+                             plgpu.layout_cast(s_smem[...], WGMMA).astype(jnp.int32))
+
+
+def scale_tile(vectors, shape, first: int, tile, layout=WGMMA):
+    """``tile`` [R, C] (int32, in ``layout``) with columns first.. replaced by the scale
+    byte vectors, as uint8."""
+    cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=layout)
     for g, byte in enumerate(vectors):
-        tile = jnp.where(cols == 8 * half + g, lax.broadcast_in_dim(byte, shape, [0]), tile)
-    s_smem[...] = tile.astype(jnp.uint8)
+        tile = jnp.where(cols == first + g, lax.broadcast_in_dim(byte, shape, [0]), tile)
+    return tile.astype(jnp.uint8)
+
+
+def store_atoms(s_smem, atoms_smem, s_ref, e, m_block, atom0):
+    """A [128, 16] scale tile as four 512-byte atoms of the 128x4 layout (slab q of 32
+    rows, 4 columns each: the (m%32, (m%128)/32, k%4) interleave), TMA-stored to
+    s_ref[e, m_block, atom0:atom0 + 4]."""
+    for q in range(4):
+        for kt in range(4):
+            atoms_smem[kt, :, pl.ds(4 * q, 4)] = s_smem[pl.ds(32 * q, 32), pl.ds(4 * kt, 4)]
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(atoms_smem, s_ref.at[e, m_block, pl.ds(atom0, 4)])
 
 
 def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = None):
@@ -94,15 +112,6 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
         mgpu_interpret.prepare_host_interpreter()
 
     swizzle = config.scale_layout == "swizzled_128x4"
-
-    def store_atoms(s_smem, atoms_smem, s_ref, e, pair):
-        """The [128, 16] scale tile as four 128x4 atoms: slab q of rows, 4 columns each."""
-        for q in range(4):
-            for kt in range(4):
-                atoms_smem[kt, :, pl.ds(4 * q, 4)] = s_smem[pl.ds(32 * q, 32), pl.ds(4 * kt, 4)]
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(atoms_smem, s_ref.at[e, lax.axis_index("m_blocks"),
-                                                     pl.ds(4 * pair, 4)])
 
     def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, q_rows, s_rows,
              barrier, atoms_smem=None):
@@ -130,7 +139,8 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
                 @pl.when(half == 1)
                 def _():
                     if swizzle:
-                        store_atoms(s_smem, atoms_smem, s_ref, e, t // 2)
+                        store_atoms(s_smem, atoms_smem, s_ref, e,
+                                    lax.axis_index("m_blocks"), 4 * (t // 2))
                     else:
                         store_valid_rows(s_smem, s_ref, e, m0, (t - 1) * 8, rows, bm, 16,
                                          s_rows)

@@ -9,8 +9,8 @@ requantize in one kernel, or GEMM1 writing h in bf16, SiLU·mul in XLA and the q
 kernel), scale placement (the quantize writing row-major scales, the Hopper GEMM's
 operand, or the reference's 128x4 layout), fused vs unfused stages, and the target:
 Hopper (sm_90a: NVFP4 decoded in registers, bf16 wgmma) or Blackwell (sm_100a: the
-tensor cores' block-scaled NVFP4 MMA, ``mgpu_gemm_sm100``; lowered only, as no
-interpreter runs it).
+tensor cores' block-scaled NVFP4 MMA, ``mgpu_gemm_sm100`` and ``mgpu_fused_sm100``;
+lowered only, as no interpreter runs it).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from kernels.moe_nvfp4 import (
     arguments,
     mgpu_fused,
+    mgpu_fused_sm100,
     mgpu_gemm,
     mgpu_gemm_sm100,
     mgpu_quantize,
@@ -31,24 +32,25 @@ from kernels.moe_nvfp4 import (
 
 H100_SMS = 132  # persistent CTAs: one per SM of an H100 SXM (the reference's sm_count)
 SCALES_128X4 = "swizzled_128x4"
+BLACKWELL = (mgpu_gemm_sm100.TuningConfig, mgpu_fused_sm100.FusedConfig)  # sm_100a kernels
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """Which kernels run, with which configuration; None: the stage is not run. A GEMM
-    configured for sm_100a (``mgpu_gemm_sm100.TuningConfig``) makes a Blackwell variant,
-    whose GEMMs must all be Blackwell kernels; its quantize (no MMA: the same kernel on
+    or fused kernel configured for sm_100a (``BLACKWELL``) makes a Blackwell variant,
+    whose MMA kernels must all be Blackwell kernels; its quantize (no MMA: the same kernel on
     either architecture) must write the 128x4 scale layout the block-scaled MMA reads."""
 
     description: str
     quantize: mgpu_quantize.QuantizeConfig | None = None
     gemm1: mgpu_gemm.TuningConfig | mgpu_gemm_sm100.TuningConfig | None = None
-    fused: mgpu_fused.FusedConfig | None = None
+    fused: mgpu_fused.FusedConfig | mgpu_fused_sm100.FusedConfig | None = None
     gemm2: mgpu_gemm.TuningConfig | mgpu_gemm_sm100.TuningConfig | None = None
 
     def __post_init__(self):
         stages = [self.quantize, self.gemm1 or self.fused, self.gemm2]
-        blackwell = [isinstance(s, mgpu_gemm_sm100.TuningConfig) for s in stages[1:] if s]
+        blackwell = [isinstance(s, BLACKWELL) for s in stages[1:] if s]
         if any(blackwell) and not all(blackwell):
             raise ValueError(f"a variant runs on one target: sm_100a and sm_90a kernels "
                              f"mixed in {self}")
@@ -67,8 +69,8 @@ class Variant:
     @property
     def arch(self) -> str:
         """The GPU architecture its kernels are written for."""
-        return ("sm_100a" if isinstance(self.gemm1 or self.gemm2,
-                                        mgpu_gemm_sm100.TuningConfig) else "sm_90a")
+        return ("sm_100a" if isinstance(self.gemm1 or self.fused or self.gemm2, BLACKWELL)
+                else "sm_90a")
 
     def outputs(self) -> tuple[str, ...]:
         found = ["a1"] if self.quantize else []
@@ -122,6 +124,17 @@ VARIANTS = {
         quantize=mgpu_quantize.QuantizeConfig(128, SCALES_128X4),
         gemm1=mgpu_gemm_sm100.TuningConfig(128, 256, 3),
         gemm2=mgpu_gemm_sm100.TuningConfig(128, 256, 3)),
+    "fused_sm100a_k256s3": Variant(
+        "Stages 2–3 in one kernel for Blackwell (sm_100a): GEMM1 on the block-scaled NVFP4 "
+        "MMA, gate and up in tensor memory, SiLU·mul and the NVFP4 requantize in the "
+        "epilogue, scales written in the 128x4 layout; 256 K per step, 3 stages.",
+        fused=mgpu_fused_sm100.FusedConfig(256, 3)),
+    "moe_fused_sm100a": Variant(
+        "The whole path, fused, for Blackwell (sm_100a): quantize (128x4 scales) -> fused "
+        "GEMM1+SiLU·mul+requantize on the block-scaled NVFP4 MMA -> GEMM2 on the "
+        "block-scaled MMA.", quantize=mgpu_quantize.QuantizeConfig(128, SCALES_128X4),
+        fused=mgpu_fused_sm100.FusedConfig(256, 3),
+        gemm2=mgpu_gemm_sm100.TuningConfig(128, 256, 3)),
     "moe_fused": Variant("The whole path, fused: quantize -> fused GEMM1+SiLU·mul+"
                          "requantize -> GEMM2.", quantize=mgpu_quantize.QuantizeConfig(64),
                          fused=mgpu_fused.FusedConfig(64, 2), gemm2=tiles(128, 128, 3)),
@@ -157,7 +170,12 @@ def kernels(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = N
                                   variant.quantize, _quantize_shapes(e, m, n))
     if variant.gemm1:
         made["gemm1"] = _gemm(e, m, 2 * n, k, variant.gemm1, interpret)
-    if variant.fused:
+    if isinstance(variant.fused, mgpu_fused_sm100.FusedConfig):
+        if interpret is not None:
+            raise ValueError("no interpreter runs an sm_100a kernel (tcgen05, tensor memory)")
+        made["fused"] = (mgpu_fused_sm100.make(e, m, n, k, variant.fused), variant.fused,
+                         mgpu_fused_sm100.arg_shapes(e, m, n, k))
+    elif variant.fused:
         made["fused"] = (mgpu_fused.make(e, m, n, k, variant.fused, interpret), variant.fused,
                          mgpu_fused.arg_shapes(e, m, n, k))
     if variant.gemm2:
@@ -179,11 +197,14 @@ def _gemm(e, m, n, k, config, interpret):
 INPUTS = ("hidden_bf16", "masked_m", "a1_gs", "a2_gs", "alpha1", "alpha2", "a1_packed",
           "a1_scales", "a2_packed", "a2_scales", "w1_t", "w1_t_scales", "w1_f",
           "w1_f_scales", "w2_t", "w2_t_scales", "a1_scales_128x4", "a2_scales_128x4",
-          "w1_packed", "w1_scales_128x4", "w2_packed", "w2_scales_128x4")
+          "w1_packed", "w1_scales_128x4", "w2_packed", "w2_scales_128x4", "w1_f_sm100",
+          "w1_f_sm100_scales_128x4")
 K_PAIR_MAJOR = "layouts.k_pair_major: codes [E, K/2, N], scales [E, K/16, N]"
 INPUT_NOTES = {"a1_scales": arguments.ROW_MAJOR, "a2_scales": arguments.ROW_MAJOR,
                **dict.fromkeys(("w1_t", "w1_t_scales", "w2_t", "w2_t_scales"), K_PAIR_MAJOR),
                **dict.fromkeys(("w1_f", "w1_f_scales"), "layouts.fused_w1"),
+               **dict.fromkeys(("w1_f_sm100", "w1_f_sm100_scales_128x4"),
+                               "layouts.fused_w1_sm100"),
                **dict.fromkeys(("a1_scales_128x4", "a2_scales_128x4", "w1_scales_128x4",
                                 "w2_scales_128x4"), "numerics.scale_atoms: the 128x4 layout's "
                                                     "atoms [E, M/128, K/64, 32, 16]")}
@@ -200,9 +221,10 @@ def input_shapes(e: int, m: int, k: int, n: int) -> tuple[jax.ShapeDtypeStruct, 
         mgpu_gemm.Problem(e, m, 2 * n, k))
     _, a2_atoms, w2, w2_atoms, *_ = mgpu_gemm_sm100.arg_shapes(
         mgpu_gemm.Problem(e, m, k, n))
+    _, _, w1_f_sm100, w1_f_sm100_atoms, *_ = mgpu_fused_sm100.arg_shapes(e, m, n, k)
     return (hidden, masked, gs, gs, alpha, alpha, a1, a1_scales, a2, a2_scales, w1_t,
             w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales, a1_atoms, a2_atoms, w1,
-            w1_atoms, w2, w2_atoms)
+            w1_atoms, w2, w2_atoms, w1_f_sm100, w1_f_sm100_atoms)
 
 
 def _as_gemm_operand(variant: Variant, scales, rows: int, k: int):
@@ -221,10 +243,11 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
 
     def path(hidden, masked, a1_gs, a2_gs, alpha1, alpha2, a1_packed, a1_scales,
              a2_packed, a2_scales, w1_t, w1_t_scales, w1_f, w1_f_scales, w2_t, w2_t_scales,
-             a1_atoms, a2_atoms, w1, w1_atoms, w2, w2_atoms):
+             a1_atoms, a2_atoms, w1, w1_atoms, w2, w2_atoms, w1_f_sm100, w1_f_sm100_atoms):
         if variant.arch == "sm_100a":  # the reference's operands: K-major codes, 128x4 scales
             w1_t, w1_t_scales, a1_scales = w1, w1_atoms, a1_atoms
             w2_t, w2_t_scales, a2_scales = w2, w2_atoms, a2_atoms
+            w1_f, w1_f_scales = w1_f_sm100, w1_f_sm100_atoms
         found = {}
         if variant.quantize:
             a1_packed, a1_scales = run["quantize"](hidden, a1_gs, masked)
@@ -242,6 +265,7 @@ def function(variant: Variant, e: int, m: int, k: int, n: int, interpret: Any = 
             a2_packed, a2_scales = run["fused"](a1_packed, a1_scales, w1_f, w1_f_scales,
                                                 alpha1, a2_gs, masked)
             found["a2"] = (a2_packed, a2_scales)
+            a2_scales = _as_gemm_operand(variant, a2_scales, m, n)
         if variant.gemm2:
             found[variant.outputs()[-1]] = run["gemm2"](a2_packed, a2_scales, w2_t,
                                                         w2_t_scales, alpha2, masked)
