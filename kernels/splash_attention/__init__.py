@@ -40,7 +40,7 @@ BACKWARD_INPUTS = ("q", "k", "v", "do")
 UPSTREAM_VARIANTS = ("upstream", "upstream_bwd")
 VARIANTS = (*UPSTREAM_VARIANTS, *port.VARIANTS)
 # The backward variants read BACKWARD_INPUTS and return GRADIENTS; the rest return out.
-BACKWARD_VARIANTS = ("upstream_bwd", *port.BACKWARD_VARIANTS)
+BACKWARD_VARIANTS = ("upstream_bwd", *port.GRADIENT_VARIANTS)
 GRADIENTS = ("dq", "dk", "dv")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -158,7 +158,7 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
     names = BACKWARD_INPUTS if backward else INPUTS
     if variant in port.VARIANTS:
         interpret, execution = mgpu_interpret.placement(purpose, port.arch(variant))
-        fn = (port.make_backward(params, interpret=interpret) if backward
+        fn = (port.make_backward(variant, params, interpret=interpret) if backward
               else port.make(variant, params, interpret=interpret))
         return from_jax(fn, names, execution)
     make = upstream.make_backward if backward else upstream.make

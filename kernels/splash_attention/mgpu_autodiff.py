@@ -44,6 +44,13 @@ def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None 
         interpret=interpret)
     segments = () if segment_ids is None else (jnp.asarray(segment_ids.q),
                                                jnp.asarray(segment_ids.kv))
+    return joined(forward, backward, segments)(q, k3, v3)
+
+
+def joined(forward, backward, segments: tuple = ()):
+    """``f(q, k, v) -> out`` differentiable through the kernels: ``forward(q, k_t, v,
+    *segments) -> (out, lse)`` and ``backward(q, k, v, out, lse, do, *segments) -> (dq,
+    dk, dv)`` (either architecture's)."""
 
     @jax.custom_vjp
     def attend(q, k, v):
@@ -57,4 +64,4 @@ def splash_attention(mask, q, k, v, *, segment_ids=None, soft_cap: float | None 
         return backward(*residuals, do, *segments)
 
     attend.defvjp(attend_fwd, attend_bwd)
-    return attend(q, k3, v3)
+    return attend

@@ -9,11 +9,13 @@ Two forward variants share one kernel source (``mgpu_forward``):
 
 ``mgpu_bwd`` is the backward: ``jax.vjp`` through the port (``mgpu_autodiff``), i.e. the
 forward kernel with logsumexp, then the dQ and dK/dV kernels (``mgpu_backward``),
-returning dq, dk, dv for the cotangent ``do``.
+returning dq, dk, dv for the cotangent ``do``; ``mgpu_sm100a_bwd`` is the same through
+the Blackwell kernels (``mgpu_forward_sm100``, ``mgpu_backward_sm100``).
 
 ``mgpu_sm100a`` and ``mgpu_sm100a_mask_tiles`` are the same two forward forms for
-Blackwell (``mgpu_forward_sm100``: tcgen05 MMA, accumulators in tensor memory), lowered
-for sm_100a and run only on a Blackwell GPU.
+Blackwell (``mgpu_forward_sm100``: tcgen05 MMA, accumulators in tensor memory, warp
+specialised, two q tiles in flight where they fit), lowered for sm_100a and run only on
+a Blackwell GPU.
 """
 
 from __future__ import annotations
@@ -32,15 +34,19 @@ from kernels.splash_attention import (
     masks,
     mgpu_autodiff,
     mgpu_backward,
+    mgpu_backward_sm100,
     mgpu_forward,
     mgpu_forward_sm100,
     upstream,
 )
 
 FORWARD_VARIANTS = ("mgpu", "mgpu_mask_tiles")  # Hopper; their tiles are tunable
-BLACKWELL_VARIANTS = ("mgpu_sm100a", "mgpu_sm100a_mask_tiles")
-BACKWARD_VARIANTS = ("mgpu_bwd",)
-VARIANTS = (*FORWARD_VARIANTS, *BLACKWELL_VARIANTS, *BACKWARD_VARIANTS)
+BACKWARD_VARIANTS = ("mgpu_bwd",)  # Hopper; tunable
+BLACKWELL_FORWARD = ("mgpu_sm100a", "mgpu_sm100a_mask_tiles")
+BLACKWELL_BACKWARD = ("mgpu_sm100a_bwd",)
+BLACKWELL_VARIANTS = (*BLACKWELL_FORWARD, *BLACKWELL_BACKWARD)
+GRADIENT_VARIANTS = (*BACKWARD_VARIANTS, *BLACKWELL_BACKWARD)  # they return dq, dk, dv
+VARIANTS = (*FORWARD_VARIANTS, *BLACKWELL_FORWARD, *GRADIENT_VARIANTS)
 # Partial blocks from MaskInfo's tiles, not from the mask function on iota.
 MASK_TILE_VARIANTS = ("mgpu_mask_tiles", "mgpu_sm100a_mask_tiles")
 
@@ -67,15 +73,19 @@ def tuning(params: dict[str, Any]) -> mgpu_forward.TuningConfig:
 
 
 def blackwell_tuning(params: dict[str, Any]) -> mgpu_forward_sm100.TuningConfig:
-    """The sm_100a forward's tile choice: the first of (block_kv, stages) = (128, 2),
-    (64, 2), (64, 1) whose shared memory fits the budget with the partial-tile ring (so
-    both Blackwell variants take the same tiles); tensor memory always fits."""
-    candidates = [mgpu_forward_sm100.TuningConfig(block_kv, stages)
-                  for block_kv, stages in ((128, 2), (64, 2), (64, 1))]
+    """The sm_100a forward's tile choice: two q tiles in flight where they fit, else one;
+    the first of (q_tiles, block_kv, stages) = (2, 128, 2), (2, 64, 2), (2, 64, 1),
+    (1, 128, 2), (1, 64, 2), (1, 64, 1) whose shared memory (with the partial-tile ring,
+    so both Blackwell variants take the same tiles) and tensor memory fit."""
+    the_problem = problem(params)
+    candidates = [mgpu_forward_sm100.TuningConfig(block_kv, stages, q_tiles)
+                  for q_tiles in (2, 1) for block_kv, stages in ((128, 2), (64, 2), (64, 1))]
     for config in candidates:
-        if (mgpu_forward_sm100.smem_bytes(problem(params), config, has_tiles=True)
-                <= mgpu_forward.SMEM_LIMIT_BYTES):
-            return config
+        try:
+            mgpu_forward_sm100.check(the_problem, config, has_tiles=True)
+        except ValueError:
+            continue
+        return config
     return candidates[-1]  # over budget even so: build() fails naming it
 
 
@@ -91,6 +101,21 @@ def backward_tuning(params: dict[str, Any]) -> mgpu_backward.BackwardConfig:
         if max(mgpu_backward.smem_bytes(problem(params), config, has_tiles=False).values()) \
                 <= mgpu_forward.SMEM_LIMIT_BYTES:
             return config
+    return candidates[-1]  # over budget even so: build() fails naming it
+
+
+def blackwell_backward_tuning(params: dict[str, Any]) -> mgpu_backward_sm100.BackwardConfig:
+    """The sm_100a backward's tile choice: 64 columns per step and the deepest ring of
+    (2, 1) stages whose every launch fits both budgets (the mask's own partial tiles
+    counted when it has no mask function)."""
+    has_tiles = plan("mgpu_sm100a_bwd", params).mask_function is None
+    candidates = [mgpu_backward_sm100.BackwardConfig(64, stages) for stages in (2, 1)]
+    for config in candidates:
+        try:
+            mgpu_backward_sm100.check(problem(params), config, has_tiles)
+        except ValueError:
+            continue
+        return config
     return candidates[-1]  # over budget even so: build() fails naming it
 
 
@@ -146,8 +171,13 @@ def _mask(params: dict[str, Any]) -> splash.MultiHeadMask:
 
 
 def plan(variant: str, params: dict[str, Any]) -> block_plan.BlockPlan:
-    if variant in BLACKWELL_VARIANTS:
-        block_q, block_kv = mgpu_forward_sm100.BLOCK_Q, blackwell_tuning(params).block_kv
+    """The forward's block plan (the Blackwell backward's dq kernel walks the forward's
+    table at its own tiles)."""
+    if variant in BLACKWELL_BACKWARD:
+        block_q, block_kv = mgpu_backward_sm100.TILE, 64
+    elif variant in BLACKWELL_FORWARD:
+        config = blackwell_tuning(params)
+        block_q, block_kv = config.block_q, config.block_kv
     else:
         config = tuning(params)
         block_q, block_kv = config.block_q, config.block_kv
@@ -157,10 +187,8 @@ def plan(variant: str, params: dict[str, Any]) -> block_plan.BlockPlan:
 
 def make(variant: str, params: dict[str, Any], interpret=None):
     """``f(q, k, v)`` on the case's [H, S, D] inputs (K is transposed to [H, D, S] first)."""
-    if variant in BLACKWELL_VARIANTS:
-        if interpret is not None:
-            raise ValueError(f"{variant}: no interpreter runs an sm_100a kernel (tcgen05, "
-                             "tensor memory)")
+    if variant in BLACKWELL_FORWARD:
+        _refuse_interpreter(variant, interpret)
         forward = mgpu_forward_sm100.make(problem(params), blackwell_tuning(params),
                                           plan(variant, params))
     else:
@@ -176,17 +204,40 @@ def make(variant: str, params: dict[str, Any], interpret=None):
     return attend
 
 
-def make_backward(params: dict[str, Any], interpret=None):
-    """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the port."""
+def _refuse_interpreter(variant: str, interpret) -> None:
+    if interpret is not None:
+        raise ValueError(f"{variant}: no interpreter runs an sm_100a kernel (tcgen05, "
+                         "tensor memory)")
+
+
+def _blackwell_backward(params: dict[str, Any]):
+    """The sm_100a backward's launches behind one call (``mgpu_backward_sm100.make``)."""
+    config = blackwell_backward_tuning(params)
+    mask = _mask(params)
+    return mgpu_backward_sm100.make(
+        problem(params), config, plan("mgpu_sm100a_bwd", params),
+        block_plan.plan_dkv(mask, config.block, mgpu_backward_sm100.TILE, params["heads_kv"]))
+
+
+def make_backward(variant: str, params: dict[str, Any], interpret=None):
+    """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the port (Hopper's
+    kernels, or Blackwell's forward with logsumexp and backward)."""
     mask = _mask(params)
     seg = segment_ids(params)
-
-    def gradients(q, k, v, do):
+    if variant in BLACKWELL_BACKWARD:
+        _refuse_interpreter(variant, interpret)
+        forward = mgpu_forward_sm100.make(problem(params, return_lse=True),
+                                          blackwell_tuning(params), plan("mgpu_sm100a", params))
+        segments = () if seg is None else (seg.q, seg.kv)
+        attend = mgpu_autodiff.joined(forward, _blackwell_backward(params), segments)
+    else:
         def attend(q, k, v):
             return mgpu_autodiff.splash_attention(
                 mask, q, k, v, segment_ids=seg, soft_cap=params.get("soft_cap"),
                 config=tuning(params), bwd_config=backward_tuning(params),
                 interpret=interpret)
+
+    def gradients(q, k, v, do):
         _, vjp = jax.vjp(attend, q, k, v)
         return dict(zip(("dq", "dk", "dv"), vjp(do.astype(q.dtype)), strict=True))
 
@@ -199,6 +250,16 @@ def arg_shapes(params: dict[str, Any]) -> tuple[jax.ShapeDtypeStruct, ...]:
     return (jax.ShapeDtypeStruct((params["heads_q"], s, d), dtype),
             jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype),
             jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype))
+
+
+def _lower_backward(backward, params: dict[str, Any]) -> dict[str, Any]:
+    """Lower ``backward(q, k, v, out, lse, do, *segments)`` at the point's shapes."""
+    q, k, v = arg_shapes(params)
+    lse = jax.ShapeDtypeStruct((params["heads_q"], params["seq_len"]), jnp.float32)
+    seg = segment_ids(params)
+    segments = () if seg is None else (seg.q, seg.kv)
+    return mgpu_lowering.lower_for_cuda(lambda *args: backward(*args, *segments),
+                                        (q, k, v, q, lse, q))
 
 
 def build_backward(params: dict[str, Any]) -> dict[str, Any]:
@@ -216,12 +277,7 @@ def build_backward(params: dict[str, Any]) -> dict[str, Any]:
     backward = mgpu_backward.make(
         the_problem, config, dq_plan,
         block_plan.plan_dkv(mask, config.block_q, config.block_kv, params["heads_kv"]))
-    q, k, v = arg_shapes(params)
-    lse = jax.ShapeDtypeStruct((params["heads_q"], params["seq_len"]), jnp.float32)
-    seg = segment_ids(params)
-    segments = () if seg is None else (seg.q, seg.kv)
-    lowered = mgpu_lowering.lower_for_cuda(lambda *args: backward(*args, *segments),
-                                      (q, k, v, q, lse, q))
+    lowered = _lower_backward(backward, params)
     tuning_facts = {"block_q": config.block_q, "block_kv": config.block_kv,
                     "stages": config.stages}
     return {
@@ -268,16 +324,47 @@ def build_blackwell(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     return _forward_build(
         variant, params, the_plan, "cuda sm_100a",
         "Pallas Mosaic GPU kernel for Blackwell (lowered on CPU, not run)",
-        {"block_q": mgpu_forward_sm100.BLOCK_Q, "block_kv": config.block_kv,
-         "stages": config.stages})
+        {"block_q": config.block_q, "block_kv": config.block_kv, "stages": config.stages,
+         "q_tiles_in_flight": config.q_tiles})
+
+
+def build_blackwell_backward(params: dict[str, Any]) -> dict[str, Any]:
+    """Lower the sm_100a backward's launches (dq, then dk+dv or dv and dk apart), each
+    one's launch, shared memory and tensor-memory columns against the limits."""
+    config = blackwell_backward_tuning(params)
+    the_plan = plan("mgpu_sm100a_bwd", params)
+    try:
+        mgpu_backward_sm100.check(problem(params), config, the_plan.mask_function is None)
+    except ValueError as error:
+        raise ValueError(f"mgpu_sm100a_bwd at {params}: {error}") from None
+    backward = _blackwell_backward(params)
+    lowered = _lower_backward(backward, params)
+    names = ["dq", *("+".join(parts) for parts in mgpu_backward_sm100.dkv_parts(
+        problem(params), config))]
+    return {
+        "artifacts": [{
+            "target": "cuda sm_100a",
+            "kind": f"Pallas Mosaic GPU {name} kernel for Blackwell (lowered on CPU, not run)",
+            "seconds": lowered["seconds"],
+            "facts": {**launch, "kernel": name,
+                      "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
+                      "tuning": {"tile": mgpu_backward_sm100.TILE, "block": config.block,
+                                 "stages": config.stages},
+                      "mask_source": "upstream mask function on iota"}}
+            for name, launch in zip(names, lowered["launches"], strict=True)],
+        "block_census": the_plan.census(),
+        "block_table_heads": the_plan.mask_heads,
+    }
 
 
 def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     """Lower for the variant's architecture; grid, block, shared memory against the
     limit (and tensor memory on sm_100a), block census."""
+    if variant in BLACKWELL_BACKWARD:
+        return build_blackwell_backward(params)
     if variant in BACKWARD_VARIANTS:
         return build_backward(params)
-    if variant in BLACKWELL_VARIANTS:
+    if variant in BLACKWELL_FORWARD:
         return build_blackwell(variant, params)
     config = tuning(params)
     the_plan = plan(variant, params)
