@@ -337,3 +337,36 @@ def test_the_fused_epilogue_requantizes_the_accumulator_in_the_interpreter(rng, 
     assert (packed[~valid] == 0xFF).all()  # rows past masked_m never written
     blocks_written = np.arange(m // 128)[None, :] * 128 < masked[:, None]
     assert (atoms[~blocks_written] == 0xFF).all() and (atoms[blocks_written] != 0xFF).any()
+
+
+def _tensor_core_view(packed: np.ndarray, atoms: np.ndarray) -> np.ndarray:
+    """An operand as the block-scaled MMA multiplies it, decoded from what the kernels
+    hand over: jax's e2m1 bitcast of the packed bytes (``as_e2m1``), and each element's
+    e4m3 scale read from the 128x4 atoms at the scale_vec::4X position of its row r and
+    16-wide K block b: atom (r/128, b/4), byte (r%32, 4·((r%128)/32) + b%4)."""
+    codes = np.asarray(mgpu_gemm_sm100.as_e2m1(jnp.asarray(packed)), np.float64)
+    rows, k = codes.shape[1:]
+    r, block = np.meshgrid(np.arange(rows), np.arange(k) // 16, indexing="ij")
+    scale_bytes = atoms[:, r // 128, block // 4, r % 32, 4 * ((r % 128) // 32) + block % 4]
+    return codes * np.asarray(mgpu_gemm_sm100.as_e4m3(jnp.asarray(scale_bytes)), np.float64)
+
+
+def test_the_blackwell_operands_are_the_models_operands_bit_for_bit(rng):
+    """Target-independent half of the block-scaled MMA: every Blackwell operand (A1, W1,
+    the fused kernel's W1 prepack, A2, W2), decoded as the tensor core reads it, equals
+    the model's dequantized operand bit for bit, so each product the MMA forms is the
+    oracle's (the products are exact; only the hardware's f32 summation is unchecked)."""
+    params = POINTS[0]["params"]
+    given = case.make_inputs(params, rng)
+    deq = numerics.dequantize
+    order = layouts.gate_up_order(params["inter"])
+    for got, want in (
+            (("a1_packed", "a1_scales_128x4"), deq(given["a1_packed"], given["a1_scales"])),
+            (("w1_packed", "w1_scales_128x4"), deq(given["w1_packed"], given["w1_scales"])),
+            (("w1_f_sm100", "w1_f_sm100_scales_128x4"),
+             deq(given["w1_packed"], given["w1_scales"])[:, order]),
+            (("a2_packed", "a2_scales_128x4"), deq(given["a2_packed"], given["a2_scales"])),
+            (("w2_packed", "w2_scales_128x4"), deq(given["w2_packed"], given["w2_scales"]))):
+        view = _tensor_core_view(given[got[0]], given[got[1]])
+        assert view.shape == want.shape and np.array_equal(view, want), got
+        assert np.count_nonzero(want) > 0, got  # not vacuous
