@@ -1,15 +1,16 @@
 """Autotune (GPU hosts only): measure a point's tile candidates and pick one.
 
 For each candidate the case's plug-in offers (optional surface ``tile_candidates(variant,
-params) -> {key, kept, rejected, smem_limit_bytes, tie_rule}``), the kernel is built with
+params) -> {key, kept, rejected, smem_limit_bytes, tie_rule, hand}``), the kernel is built with
 that tile row, checked once against the case's oracle at the case's tolerance (as ``verify``
 does) and, only if it passed, timed by the measurement engine (as ``time`` does). A
 candidate that fails verification is recorded and never picked. The pick: the fastest
 median, unless other candidates' confidence intervals overlap its interval; then the
 tied group goes to the lowest ``tie_order`` (the plug-in's ``tie_rule``: for splash
 attention, fewer stages, then fewer compute warpgroups). The tile_choice record keeps
-every candidate with its evidence; the table is generated from the records
-(``tile_table``).
+every candidate with its evidence, and whether the pick is the ``hand`` choice (the tiles
+the case runs without a table: its config's row, or the port's default rule); the table
+is generated from the records (``tile_table``).
 
 Target ``cpu`` is refused: interpreter times say nothing about GPU speed. ``choose`` is
 the mechanics, usable on any target (its tests run it on the CPU, each candidate's
@@ -136,14 +137,16 @@ def choose(plugin: Any, spec: dict[str, Any], case_path: Path, variant: str, poi
                    measurement, int(one), f"{samples_dir}/{_label(c['tiles'])}.csv")
         for c, one in zip(found["kept"], seeds, strict=True)]
     chosen, reason = pick(candidates, found["tie_rule"])
+    picked = None if chosen is None else candidates[chosen]["tiles"]
     record = records.write(out, "tile_choice", {
         "target": target, "case": case, "variant": variant, "point": point,
         "params": params, "sources_sha256": provenance.job_sha256(spec, variant, point),
         "key": found["key"], "seed": seed, "smem_limit_bytes": found["smem_limit_bytes"],
         "tie_rule": found["tie_rule"],
         "candidates": candidates, "rejected": found["rejected"],
-        "pick": None if chosen is None else {"tiles": candidates[chosen]["tiles"]},
-        "reason": reason})
+        "pick": None if picked is None else {"tiles": picked},
+        "reason": reason, "hand": found["hand"],
+        "pick_is_hand": None if picked is None else picked == found["hand"]})
     if chosen is None:
         raise CasebookError(out, "pick", reason)
     return record

@@ -323,7 +323,7 @@ def _tiles(ev: Evidence) -> list[str]:
         return [f"Tiles: autotuned table {file} (sha256 {sha[:16]}…) where a point's config "
                 f"gives none" for file, sha in sorted(used)]
     if "autotune" in ev.spec:
-        return ["Tiles: the case config's rows, else the kernel's budget rule (not autotuned)"]
+        return ["Tiles: the case config's rows, else the port's own choice (not autotuned)"]
     return []
 
 

@@ -125,8 +125,8 @@ def _dims(values: list[int] | None) -> str | None:
 
 def lowering(ev: Evidence) -> str:
     """What each variant was compiled to at each point: launch shape, registers, shared
-    and tensor memory, the tensor-core MMA, as far as its build records them (columns no
-    build records are left out)."""
+    and tensor memory, the tensor-core MMA, tiles and a persistent kernel's tile schedule,
+    as far as its build records them (columns no build records are left out)."""
     rows = [{"variant": evidence.launch_name(r), "point": r["point"],
              "run here": _run_here(ev, r),
              "target": r["target"], "grid": _dims(r.get("grid")),
@@ -137,6 +137,9 @@ def lowering(ev: Evidence) -> str:
                                if "tmem_columns" in r else None),
              "tensor-core MMA": ", ".join(r.get("tcgen05_mma", [])) or None,
              "tiles": ", ".join(f"{k} {v}" for k, v in r.get("tuning", {}).items()) or None,
+             "tile schedule": ", ".join(f"{k} {_dims(v) if isinstance(v, list) else v}"
+                                        for k, v in r.get("tile_schedule", {}).items())
+             or None,
              "partial blocks from": r.get("mask_source")}
             for r in evidence.lowered_launches(ev)]
     shown = [k for k in rows[0] if any(row[k] is not None for row in rows)] if rows else []
@@ -148,9 +151,16 @@ def _row_label(tiles: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in tiles.items())
 
 
+def _hand(record: dict[str, Any]) -> str:
+    agrees = record["pick_is_hand"]
+    return "yes: " + ("nothing picked" if agrees is None else
+                      "the loop agrees" if agrees else "the loop picked other tiles")
+
+
 def tile_choices(ev: Evidence, href: Href) -> str:
     """Each autotuned point's candidates with their evidence: shared memory, verdict
-    against the oracle, median and interval; the picked row says why."""
+    against the oracle, median and interval; the picked row says why, and the hand
+    choice's row whether the loop agreed with it."""
     rows, failed = [], []
     for (variant, point), record in ev.tile_choices.items():
         path = paths.tile_choice_record(ev.target, ev.case, variant, point)
@@ -170,6 +180,7 @@ def tile_choices(ev: Evidence, href: Href) -> str:
                             f"({m['confidence']:.0%})" if m else None,
                 "interpret mode": "yes" if c.get("execution", {}).get("interpret") else "no",
                 "pick": f"PICKED: {record['reason']}" if c["tiles"] == picked else "",
+                "hand choice": _hand(record) if c["tiles"] == record["hand"] else "",
                 "record": href(path)})
             failed.append(not check["passed"])
     return _html(rows, failed, f"tiles-{ev.target}")

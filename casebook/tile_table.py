@@ -8,7 +8,8 @@ tuned for and its tile_choice record. A point's tile choice is, in order:
 2. else this target's table row, applied by adding it to the params the kernel plug-in
    receives (the plug-in surface stays as it is: a kernel never learns the target);
 3. else the kernel's own default (for splash attention: the shared-memory budget rule
-   of ``mgpu.tuning`` / ``mgpu.backward_tuning``).
+   of ``port.tuning`` / ``port.backward_tuning``; for case 01: the tiles each GEMM
+   variant chose by hand, ``port.VARIANTS``).
 
 Every build, verify and time record says which table it used and its sha256 (the
 ``tile_table`` field), so a record shows where its tiles came from.

@@ -145,7 +145,7 @@ FAKE_SPEC = {"name": "splash_attention", "points": [{"name": "p", "params": {
         "atol": 1e-6, "rtol": 1e-6, "reason": "y = 2x is exact"}},
     "measurement": {"cache": "hot"}}
 FAKE_FOUND = {"key": "tiles", "smem_limit_bytes": LIMIT, "rejected": [], "tie_rule": "w",
-              "kept": [
+              "hand": {"w": 1}, "kept": [
     {"tiles": {"w": n}, "smem_bytes": {"forward": 1024 * n}, "tie_order": [n]}
     for n in (1, 2)]}
 
@@ -156,7 +156,7 @@ def test_every_candidate_failing_verification_is_a_clear_error_after_its_record(
         autotune.choose(fake_plugin(wrong={1, 2}), FAKE_SPEC, CASE_PATH,
                         "v", "p", "h200", MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"))
     record = records.read(out, "tile_choice")
-    assert record["pick"] is None
+    assert record["pick"] is None and record["pick_is_hand"] is None
     assert [c["timed"] for c in record["candidates"]] == [False, False]
     assert not any(c["verify"]["passed"] for c in record["candidates"])
 
@@ -198,6 +198,9 @@ def test_interpret_mode_autotune_writes_a_schema_valid_tile_choice(tmp_path):
                     "tiny_causal_f16", "cpu", MEASUREMENT, found, out, str(tmp_path / "samples"))
     record = records.read(out, "tile_choice")  # read back through the schema
     assert record["target"] == "cpu" and record["key"] == "tiles"
+    # The hand choice: the budget rule's tiles (64, 128, 2 stages, one warpgroup).
+    assert record["hand"] == {"block_q": 64, "block_kv": 128, "stages": 2, "compute_wgs": 1}
+    assert record["pick_is_hand"] == (record["pick"]["tiles"] == record["hand"])
     for candidate in record["candidates"]:
         assert candidate["execution"]["interpret"] is True
         assert "interpret mode" in candidate["execution"]["mode"]

@@ -23,10 +23,12 @@ def _shared(case: str) -> set[str]:
 
 
 def test_a_case_depends_on_the_shared_modules_it_imports_and_no_other():
-    assert _shared("grouped_gemm_fp8_bf16") == {"__init__.py", "contract.py", "mutants.py",
-                                                      "runnable.py"}
+    assert _shared("grouped_gemm_fp8_bf16") == {"__init__.py", "contract.py", "cuda_toolkit.py",
+                                                      "mutants.py", "runnable.py"}
     for case in ("moe_nvfp4", "splash_attention"):
         assert {"mgpu_interpret.py", "mgpu_lowering.py", "mutants.py"} <= _shared(case)
+    assert "cuda_toolkit.py" in _shared("moe_nvfp4")  # cuobjdump of the compiled reference
+    assert "cuda_toolkit.py" not in _shared("splash_attention")
     for case in CASES:
         own = {p for p in paths.kernel_dir(case).rglob("*.py") if "__pycache__" not in p.parts}
         found = set(provenance.kernel_sources(case))

@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from kernels.grouped_gemm_fp8_bf16 import aot, toolkit
+from kernels import cuda_toolkit as toolkit
+from kernels.grouped_gemm_fp8_bf16 import aot
 from kernels.grouped_gemm_fp8_bf16.problems import ALIGNMENT
 
 KERNEL_NAME = "GroupedMixedGemm"  # in the kernel's generated (mangled) name

@@ -23,7 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
-from kernels.grouped_gemm_fp8_bf16 import toolkit
+from kernels import cuda_toolkit as toolkit
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "ex69_harness.cu"

@@ -16,7 +16,15 @@ import numpy as np
 
 from kernels import contract, mgpu_interpret, mgpu_lowering
 from kernels.contract import Runnable
-from kernels.moe_nvfp4 import baselines, checks, inputs, near_misses, oracle_planes, port
+from kernels.moe_nvfp4 import (
+    baselines,
+    checks,
+    inputs,
+    near_misses,
+    oracle_planes,
+    port,
+    reference_launch,
+)
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import from_jax
 
@@ -62,7 +70,9 @@ def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
 
 def outputs(variant: str) -> tuple[str, ...]:
     """The stages' outputs the variant returns (``port.Variant.outputs``, the names
-    its function writes)."""
+    its function writes; the compiled reference: its GEMM1 and GEMM2)."""
+    if variant == reference_launch.VARIANT:
+        return ("h", "out")
     return _variant(variant).outputs()
 
 
@@ -89,9 +99,12 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
           ) -> dict[str, Any]:
     """Lower every kernel of the variant for its architecture (sm_90a or sm_100a): grid,
     block, shared memory and, on sm_100a, tensor-memory columns and the MMA's kind. A
-    configuration over a budget fails naming its stage and configuration."""
+    configuration over a budget fails naming its stage and configuration. The reference
+    (``reference_launch``) is compiled with CuTe DSL, its launch recorded."""
+    if variant == reference_launch.VARIANT:
+        return reference_launch.build(params)
     e, m, k, n = inputs.sizes(params)
-    chosen = _variant(variant)
+    chosen = port.with_tiles(_variant(variant), params.get("tiles"))
     artifacts = []
     for stage, (fn, config, shapes) in port.kernels(chosen, e, m, k, n).items():
         try:
@@ -119,9 +132,15 @@ def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
 def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
     """The variant on a GPU of its architecture, or (sm_90a only) in the Mosaic GPU
-    interpreter on a host without a GPU (``check``: with race detection)."""
+    interpreter on a host without a GPU (``check``: with race detection). The compiled
+    reference runs nowhere here."""
+    if variant == reference_launch.VARIANT:
+        raise contract.NotRunnable(
+            f"FlashInfer's kernel (the reference): compiled for {reference_launch.ARCH} "
+            "here, its launch recorded, never run (it needs a Blackwell GPU, and torch "
+            "for its host wrapper)")
     e, m, k, n = inputs.sizes(params)
-    chosen = _variant(variant)
+    chosen = port.with_tiles(_variant(variant), params.get("tiles"))
     interpret, execution = mgpu_interpret.placement(purpose, chosen.arch)
     fn = port.function(chosen, e, m, k, n, interpret=interpret)
     return from_jax(fn, port.INPUTS, execution)._replace(fetch=_fetch)
@@ -149,3 +168,10 @@ def reference_file() -> str | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / REFERENCE[1]
     return str(path) if path.exists() else None
+
+
+def tile_candidates(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The GEMM's tile rows the autotune rule measures for ``variant`` (``autotune``)."""
+    from kernels.moe_nvfp4 import autotune
+
+    return autotune.tile_candidates(variant, params)

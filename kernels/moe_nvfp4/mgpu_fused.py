@@ -25,7 +25,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import mgpu_interpret, mgpu_lowering
+from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import arguments
 from kernels.moe_nvfp4 import mgpu_mainloop as loop
 from kernels.moe_nvfp4.mgpu_quantize import merge_scale_bytes, quantize_pair
@@ -55,7 +55,7 @@ def scratch_types(config: FusedConfig) -> dict:
 
 
 def smem_bytes(config: FusedConfig) -> int:
-    return mgpu_lowering.scratch_bytes(scratch_types(config))
+    return loop.budget_bytes(scratch_types(config))
 
 
 def silu_mul(gate, up):

@@ -47,7 +47,11 @@ from kernels.moe_nvfp4.mgpu_gemm_sm100 import (
     scale_atoms,
     shared_bytes,
 )
-from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES, store_valid_rows
+from kernels.moe_nvfp4.mgpu_mainloop import (
+    REDUCTION_SCRATCH_BYTES,
+    SMEM_LIMIT_BYTES,
+    store_valid_rows,
+)
 from kernels.moe_nvfp4.mgpu_quantize import quantize_pair, scale_tile, store_atoms
 
 ACT_BLOCK = 256  # act columns per CTA: 16 scale bytes per row, four 128x4 atoms
@@ -82,7 +86,8 @@ def scratch_types(config: FusedConfig) -> dict:
 
 
 def smem_bytes(config: FusedConfig) -> int:
-    return shared_bytes(scratch_types(config))
+    """Its buffers and the scratch Pallas adds for the quantize's reductions."""
+    return shared_bytes(scratch_types(config)) + REDUCTION_SCRATCH_BYTES
 
 
 def check(experts: int, m: int, n: int, k: int, config: FusedConfig) -> None:

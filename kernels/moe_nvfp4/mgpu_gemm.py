@@ -24,7 +24,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import mgpu_interpret, mgpu_lowering
+from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import arguments
 from kernels.moe_nvfp4 import mgpu_mainloop as loop
 
@@ -73,7 +73,7 @@ def scratch_types(config: TuningConfig) -> dict:
 
 
 def smem_bytes(config: TuningConfig) -> int:
-    return mgpu_lowering.scratch_bytes(scratch_types(config))
+    return loop.budget_bytes(scratch_types(config))
 
 
 def make(problem: Problem, config: TuningConfig, interpret: Any = None):

@@ -145,6 +145,19 @@ VARIANTS = {
 }
 
 
+def with_tiles(variant: Variant, tiles: dict[str, int] | None) -> Variant:
+    """The variant with a point's tile row (``params["tiles"]``: the case config's, or the
+    target's tuned table's) in place of its GEMM's hand-chosen tiles; unchanged without
+    one. Only a variant running one Hopper GEMM alone takes a row."""
+    if not tiles:
+        return variant
+    stages = [s for s in ("gemm1", "gemm2") if getattr(variant, s) is not None]
+    if variant.arch != "sm_90a" or variant.quantize or variant.fused or len(stages) != 1:
+        raise ValueError(f"tiles {tiles} given for a variant that runs no single Hopper "
+                         f"GEMM: {variant.description}")
+    return dataclasses.replace(variant, **{stages[0]: mgpu_gemm.TuningConfig(**tiles)})
+
+
 def _gemm_problem(e, m, n, k, config):
     if config.persistent_ctas:  # no more CTAs than tiles
         tiles = e * (m // config.block_m) * (n // config.block_n)

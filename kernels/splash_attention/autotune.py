@@ -9,6 +9,7 @@ casebook side (``casebook.autotune``) verifies and times the kept ones and picks
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -65,8 +66,8 @@ def tie_order(tiles: dict[str, int]) -> tuple[int, int]:
 def tile_candidates(variant: str, params: dict[str, Any],
                     space: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """``{"key", "kept": [{tiles, smem_bytes, tie_order}], "rejected": [{tiles,
-    smem_bytes, reason}], "smem_limit_bytes", "tie_rule"}`` over ``space`` (default: the
-    variant's)."""
+    smem_bytes, reason}], "smem_limit_bytes", "tie_rule", "hand"}`` over ``space``
+    (default: the variant's)."""
     key = tuned_key(variant)
     space = space or (BACKWARD_SPACE if key == "bwd_tiles" else FORWARD_SPACE)
     kept, rejected = [], []
@@ -84,4 +85,13 @@ def tile_candidates(variant: str, params: dict[str, Any],
         else:
             kept.append({"tiles": tiles, "smem_bytes": smem, "tie_order": list(tie_order(tiles))})
     return {"key": key, "kept": kept, "rejected": rejected,
-            "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES, "tie_rule": TIE_RULE}
+            "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES, "tie_rule": TIE_RULE,
+            "hand": hand(variant, params)}
+
+
+def hand(variant: str, params: dict[str, Any]) -> dict[str, int]:
+    """The tiles the variant runs at ``params`` without a table: the config's row, or the
+    port's default rule."""
+    if tuned_key(variant) == "bwd_tiles":
+        return dataclasses.asdict(port.backward_tuning(params))
+    return dataclasses.asdict(port.tuning(params))

@@ -1,7 +1,8 @@
 """The pinned CUDA tools (from the lock's nvidia-* wheels) and what cuobjdump reads.
 
-nvcc 13.0 (nvidia-cuda-nvcc) builds the C++ reference; cuobjdump and nvdisasm read both
-builds' cubins. A host without them gets None from ``tool`` and says so in its records.
+nvcc 13.0 (nvidia-cuda-nvcc) builds case 03's C++ reference; cuobjdump and nvdisasm read
+the cubins of case 03's builds and of case 01's compiled reference. A host without them
+gets None from ``tool`` and says so in its records.
 """
 
 from __future__ import annotations
