@@ -194,6 +194,13 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
     for i, variant in enumerate(case.get("autotune", {}).get("variants", [])):
         if variant not in variants:
             raise CasebookError(path, f"autotune.variants.{i}", f"no variant named {variant!r}")
+    for i, contrast in enumerate(case.get("contrasts", [])):
+        for key in ("variant", "against"):
+            if contrast[key] not in variants:
+                raise CasebookError(path, f"contrasts.{i}.{key}",
+                                    f"no variant named {contrast[key]!r}")
+        if contrast["variant"] == contrast["against"]:
+            raise CasebookError(path, f"contrasts.{i}.against", "a variant against itself")
     point_schema = paths.SCHEMA_DIR / "points" / f"{name}.schema.yaml"
     for i, point in enumerate(case["points"]):
         validate(path, point["params"], point_schema, prefix=f"points.{i}.params")

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from casebook import conditions, config, paths, records
+from casebook import cases, conditions, config, paths, records
 from casebook.evidence import Evidence, gather, launch_name, lowered_launches
 
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
@@ -156,6 +156,77 @@ def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
                        + (f"Comparisons: {verdicts}." if verdicts else "")}
 
 
+def _launches(ev: Evidence, variant: str, point: str) -> int:
+    """Kernel launches the variant's build at ``point`` compiled."""
+    entries = ev.builds.get(variant, {}).get("points", [])
+    return sum(len(e.get("artifacts", [])) for e in entries if e["point"] == point)
+
+
+def contrast_figure(ev: Evidence, contrast: dict[str, Any], points: list[str],
+                    moved: dict[str, dict[str, list[dict[str, Any]]]], path: str
+                    ) -> dict[str, Any]:
+    """Two variants that compute the same result, side by side at each point where both
+    were timed: median and interval, with the launches each built and the intermediate
+    tensors each hands between its kernels through memory (``moved``: variant -> point ->
+    [{tensor, bytes}]). Timed in separate jobs: not a paired comparison."""
+    pair = (contrast["variant"], contrast["against"])
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for i, variant in enumerate(pair):
+        ms = [ev.time[(variant, p)]["measurement"] for p in points]
+        xs = [j + (i - 0.5) * 0.4 for j in range(len(points))]
+        ax.bar(xs, [m["median_s"] * 1e3 for m in ms], 0.4, label=variant,
+               yerr=[[(m["median_s"] - m["ci_low_s"]) * 1e3 for m in ms],
+                     [(m["ci_high_s"] - m["median_s"]) * 1e3 for m in ms]], capsize=2)
+    ax.set_xticks(range(len(points)), points)
+    ax.set_ylabel("median time per call (ms), 95% CI")
+    ax.legend(fontsize=7)
+    made = [ev.time[(v, p)] for v in pair for p in points]
+    ax.set_title(f"{contrast['title']}\n{face_label(ev, made)}")
+    _save(fig, path)
+    facts = []
+    for p in points:
+        ratio = (ev.time[(pair[1], p)]["measurement"]["median_s"]
+                 / ev.time[(pair[0], p)]["measurement"]["median_s"])
+        said = []
+        for variant in pair:
+            tensors = moved.get(variant, {}).get(p, [])
+            traffic = 2 * sum(t["bytes"] for t in tensors)  # written once, read once
+            said.append(f"{variant}: {_launches(ev, variant, p)} launches, "
+                        + (", ".join(f"{t['tensor']} {t['bytes']:,} B" for t in tensors)
+                           or "no intermediate tensor")
+                        + f" ({traffic:,} B of memory traffic)")
+        facts.append(f"{p}: " + "; ".join(said) + f"; median {pair[1]} / {pair[0]} = "
+                     f"{ratio:.3g}.")
+    return {"title": contrast["title"],
+            "caption": "Median time per call of each, with its distribution-free confidence "
+                       "interval, at the points where both passed verification and were "
+                       "timed; timed in separate jobs, so the ratio of medians is not a "
+                       "paired comparison. Intermediate tensors at capacity (all M rows). "
+                       + " ".join(facts)}
+
+
+def _contrast_plans(ev: Evidence, spec: dict[str, Any]) -> tuple[list, list]:
+    """Each of the case's ``contrasts`` to draw, or to withhold with why."""
+    plans, withheld = [], []
+    if not spec.get("contrasts"):
+        return plans, withheld
+    hook = getattr(cases.load(spec["name"]), "intermediates", None)
+    params = {p["name"]: p["params"] for p in spec["points"]}
+    for contrast in spec["contrasts"]:
+        pair = (contrast["variant"], contrast["against"])
+        points = [p for p in ev.points
+                  if all(ev.time.get((v, p), {}).get("timed") for v in pair)]
+        name = f"contrast_{contrast['name']}"
+        if not points:
+            withheld.append({"figure": name, "reason": f"{pair[0]} and {pair[1]} were not "
+                             "both timed at any point on this target"})
+            continue
+        moved = {v: {p: hook(v, params[p]) if hook else [] for p in points} for v in pair}
+        plans.append((name, lambda path, c=contrast, pts=points, mv=moved:
+                      contrast_figure(ev, c, pts, mv, path)))
+    return plans, withheld
+
+
 def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dict[str, Any]:
     """The figures of ``case`` on ``target``; records of ``measured`` targets must all exist."""
     spec = config.load_case(case_dir, case)
@@ -179,6 +250,9 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
         withheld.append({"figure": "timing", "reason": (
             "no point passed verification on this target: nothing is timed or published"
             if ev.ran else nothing_ran)})
+    contrasted, not_contrasted = _contrast_plans(ev, spec)
+    plans += contrasted
+    withheld += not_contrasted
     for name, draw in plans:
         svg = paths.figure(case, target, name)
         meta = draw(svg)

@@ -33,8 +33,10 @@ Optional (``OPTIONAL``): ``races_found() -> bool`` and ``reset()``, the hooks of
 that runs an interpreter with a race detector (without them: no race detection, nothing
 to reset); ``compare(params, inputs, output, got, want, tolerance, poisoned) -> dict |
 None``, a case's own check of one named output (None: the elementwise default);
-``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes, tie_rule}``,
-the tile rows the autotune rule measures for a variant.
+``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes, tie_rule,
+hand}``, the tile rows the autotune rule measures for a variant;
+``intermediates(variant, params) -> [{tensor, bytes}]``, the tensors one of the variant's
+kernels writes to memory for the next to read (a config's ``contrasts`` draw them).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any, NamedTuple, Protocol, TypedDict
 import numpy as np
 
 SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
-OPTIONAL = ("races_found", "reset", "compare", "tile_candidates")
+OPTIONAL = ("races_found", "reset", "compare", "tile_candidates", "intermediates")
 
 
 class NotRunnable(Exception):

@@ -175,3 +175,11 @@ def tile_candidates(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     from kernels.moe_nvfp4 import autotune
 
     return autotune.tile_candidates(variant, params)
+
+
+def intermediates(variant: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the variant's kernels hand each other through memory (``port.intermediates``)."""
+    e, m, k, n = inputs.sizes(params)
+    if variant == reference_launch.VARIANT:
+        return []
+    return port.intermediates(_variant(variant), e, m, k, n)

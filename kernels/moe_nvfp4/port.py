@@ -84,6 +84,24 @@ class Variant:
         return tuple(found)
 
 
+def intermediates(variant: Variant, e: int, m: int, k: int, n: int) -> list[dict[str, Any]]:
+    """The tensors one kernel of the variant writes to memory and the next reads back, at
+    capacity (all M rows: the GEMMs write only rows below masked_m, XLA's SiLU·mul every
+    row), in bytes: NVFP4 codes at half a byte and a scale byte per 16."""
+    def nvfp4(cols):
+        return e * m * cols // 2 + e * m * cols // 16
+
+    found = []
+    if variant.quantize and (variant.gemm1 or variant.fused):
+        found.append({"tensor": "a1: NVFP4 [E, M, K] and its scales", "bytes": nvfp4(k)})
+    if variant.gemm1 and variant.gemm2:
+        found += [{"tensor": "h: bf16 [E, M, 2N] (GEMM1 -> SiLU·mul)", "bytes": e * m * 2 * n * 2},
+                  {"tensor": "act: bf16 [E, M, N] (SiLU·mul -> quantize)", "bytes": e * m * n * 2}]
+    if variant.gemm2 and (variant.gemm1 or variant.fused):
+        found.append({"tensor": "a2: NVFP4 [E, M, N] and its scales", "bytes": nvfp4(n)})
+    return found
+
+
 def tiles(m, n, s, ctas=0):
     """A GEMM tuning: block_m, block_n, stages, persistent CTAs (0: one tile per CTA)."""
     return mgpu_gemm.TuningConfig(m, n, s, persistent_ctas=ctas)
