@@ -55,9 +55,11 @@ def test_only_a_variant_running_one_hopper_gemm_has_a_tile_choice():
     for name in ("moe_fused", "fused", "quantize", "gemm1_sm100a_n128k256s3"):
         with pytest.raises(ValueError, match=r"has no tile choice; tunable: .*gemm1_m64n64s2"):
             candidates_of.tile_candidates(name, SMALL)
+        # A point's tile row is for the single-GEMM variants: the others keep their own.
         tiles = {"block_m": 64, "block_n": 64, "stages": 2, "persistent_ctas": 0}
-        with pytest.raises(ValueError, match="runs no single Hopper GEMM"):
-            port.with_tiles(port.VARIANTS[name], tiles)
+        assert port.with_tiles(port.VARIANTS[name], tiles) is port.VARIANTS[name]
+    assert port.with_tiles(port.VARIANTS["gemm2_m128n128s3"], tiles).gemm2 == \
+        mgpu_gemm.TuningConfig(**tiles)
 
 
 @pytest.mark.compile

@@ -25,20 +25,16 @@ SPACE = {"block_m": (64, 128), "block_n": (64, 128, 256), "stages": (2, 3, 4),
 TIE_RULE = "fewer stages, then one tile per CTA, then the smaller tile"
 
 
+TUNABLE = tuple(name for name, v in port.VARIANTS.items() if port.single_gemm(v))
+
+
 def tunable(variant: str) -> str:
     """The stage a variant's tiles tune (``gemm1`` or ``gemm2``): variants that run one
     Hopper GEMM alone; anything else is refused, naming the tunable ones."""
-    chosen = port.VARIANTS.get(variant)
-    stages = [s for s in ("gemm1", "gemm2") if chosen and getattr(chosen, s) is not None]
-    if (chosen is None or chosen.arch != "sm_90a" or len(stages) != 1 or chosen.quantize
-            or chosen.fused):
+    stage = port.single_gemm(port.VARIANTS[variant]) if variant in port.VARIANTS else None
+    if stage is None:
         raise ValueError(f"variant {variant!r} has no tile choice; tunable: {TUNABLE}")
-    return stages[0]
-
-
-TUNABLE = tuple(name for name, v in port.VARIANTS.items()
-                if v.arch == "sm_90a" and not v.quantize and not v.fused
-                and (v.gemm1 is None) != (v.gemm2 is None))
+    return stage
 
 
 def tie_order(tiles: dict[str, int]) -> tuple[int, int, int]:

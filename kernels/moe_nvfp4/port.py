@@ -165,15 +165,22 @@ VARIANTS = {
 
 def with_tiles(variant: Variant, tiles: dict[str, int] | None) -> Variant:
     """The variant with a point's tile row (``params["tiles"]``: the case config's, or the
-    target's tuned table's) in place of its GEMM's hand-chosen tiles; unchanged without
-    one. Only a variant running one Hopper GEMM alone takes a row."""
-    if not tiles:
+    target's tuned table's) in place of its GEMM's hand-chosen tiles. A row is for the
+    variants that run one Hopper GEMM alone (``single_gemm``); every other variant keeps
+    its own configuration, as it does without a row."""
+    stage = single_gemm(variant)
+    if not tiles or stage is None:
         return variant
+    return dataclasses.replace(variant, **{stage: mgpu_gemm.TuningConfig(**tiles)})
+
+
+def single_gemm(variant: Variant) -> str | None:
+    """The stage (``gemm1`` or ``gemm2``) of a variant that runs one Hopper GEMM alone;
+    None for any other."""
     stages = [s for s in ("gemm1", "gemm2") if getattr(variant, s) is not None]
     if variant.arch != "sm_90a" or variant.quantize or variant.fused or len(stages) != 1:
-        raise ValueError(f"tiles {tiles} given for a variant that runs no single Hopper "
-                         f"GEMM: {variant.description}")
-    return dataclasses.replace(variant, **{stages[0]: mgpu_gemm.TuningConfig(**tiles)})
+        return None
+    return stages[0]
 
 
 def _gemm_problem(e, m, n, k, config):
