@@ -33,7 +33,6 @@ import functools
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,6 @@ WRAPPER = "grouped_gemm_nt_masked"  # the public entry (flashinfer.gemm)
 SM100_ENTRY = "_grouped_gemm_nt_masked_sm100"  # where it routes on sm_100: the defaults
 KERNEL_CLASS = "Sm100BlockScaledPersistentDenseGemmKernel"
 TIMEOUT_S = 300
-TCGEN05_MMA = re.compile(r"tcgen05\.mma[\w:.]*")
 
 
 @functools.cache
@@ -217,7 +215,8 @@ def _compile_here(experts: int, m: int, n: int, k: int, dump: str) -> dict[str, 
     (cubin,) = Path(dump).rglob("*.cubin")
     (resources,) = cuda_toolkit.kernel_resources(cubin, "")
     facts["registers_per_thread"] = resources["registers_per_thread"]
-    facts["tcgen05_mma"] = sorted(set(TCGEN05_MMA.findall(compiled.artifacts.PTX or "")))
+    ptx = compiled.artifacts.PTX or ""
+    facts["tcgen05_mma"] = sorted(set(mgpu_lowering.TCGEN05_MMA.findall(ptx)))
     facts["compiled_with"] = f"CuTe DSL {cutlass.__version__}"
     return facts
 

@@ -45,7 +45,6 @@ from kernels.splash_attention.mgpu_forward_sm100 import (
     O_CHUNK,
     ROW,
     TILE_Q,
-    TMEM_COLUMNS,
     _tiled,
 )
 
@@ -137,7 +136,7 @@ def dkv_parts(problem: Problem, config: BackwardConfig) -> tuple[tuple[str, ...]
     """The dkv launches: both gradients in one where tensor memory holds them, else one
     launch per gradient."""
     _, columns = _budget(dkv_scratch(problem, config, False))
-    return (GRADIENTS,) if columns <= TMEM_COLUMNS else (("dv",), ("dk",))
+    return (GRADIENTS,) if columns <= mgpu_lowering.TMEM_COLUMNS else (("dv",), ("dk",))
 
 
 def budgets(problem: Problem, config: BackwardConfig, has_tiles: bool
@@ -166,9 +165,9 @@ def check(problem: Problem, config: BackwardConfig, has_tiles: bool) -> None:
         if smem > SMEM_LIMIT_BYTES:
             raise ValueError(f"{config} ({launch} kernel): {smem} bytes of shared memory "
                              f"exceed the {SMEM_LIMIT_BYTES}-byte limit")
-        if columns > TMEM_COLUMNS:
+        if columns > mgpu_lowering.TMEM_COLUMNS:
             raise ValueError(f"{config} ({launch} kernel): {columns} tensor-memory columns "
-                             f"exceed the {TMEM_COLUMNS} of an SM")
+                             f"exceed the {mgpu_lowering.TMEM_COLUMNS} of an SM")
 
 
 def _product(pairs, barrier, accumulate=False) -> None:

@@ -57,7 +57,6 @@ from kernels.splash_attention.mgpu_forward import (
 )
 
 TILE_Q = 128  # rows per q tile: the MMA's M with one CTA, the 128 lanes of tensor memory
-TMEM_COLUMNS = 512  # tensor memory per SM: 128 lanes × 512 columns of 32 bits
 O_CHUNK = 64  # O columns per tensor-memory round trip (rescale, final store)
 LAYOUT = plgpu.Layout.TCGEN05  # a tensor-memory accumulator read into registers
 ROW = LAYOUT.reduce(1)  # one value per accumulator row
@@ -152,9 +151,9 @@ def check(problem: Problem, config: TuningConfig, has_tiles: bool) -> None:
         raise ValueError(f"{config}: {used} bytes of shared memory exceed the "
                          f"{SMEM_LIMIT_BYTES}-byte limit")
     columns = tmem_columns(problem, config)
-    if columns > TMEM_COLUMNS:
+    if columns > mgpu_lowering.TMEM_COLUMNS:
         raise ValueError(f"{config}: {columns} tensor-memory columns exceed the "
-                         f"{TMEM_COLUMNS} of an SM")
+                         f"{mgpu_lowering.TMEM_COLUMNS} of an SM")
 
 
 def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan):
