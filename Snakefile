@@ -1,7 +1,7 @@
 """casebook: GPU kernel case studies whose every figure carries its six conditions.
 
-pinned environment -> host -> build -> verify -> noise floor -> time -> baseline -> compare
--> figures -> site.
+pinned environment -> host -> build -> verify -> noise floor -> time (and ablate) ->
+baseline -> compare -> figures -> site.
 Records go to results/<target>/..., figures to results/figures/, pages to site/public/
 (the whole scheme: casebook/paths.py). `snakemake <case>` runs one case.
 """
@@ -22,6 +22,7 @@ include: "workflow/rules/build.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/noise.smk"
 include: "workflow/rules/time.smk"
+include: "workflow/rules/ablate.smk"
 include: "workflow/rules/baseline.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/autotune.smk"

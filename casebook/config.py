@@ -186,7 +186,8 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
     if not (paths.kernel_dir(name) / "__init__.py").exists():
         raise CasebookError(path, "name", f"no kernel package {paths.kernel_dir(name)}/")
     case.setdefault("build_only_points", [])
-    for group in ("variants", "points", "baselines", "build_only_points"):
+    case.setdefault("ablations", [])
+    for group in ("variants", "points", "baselines", "build_only_points", "ablations"):
         repeated = [n for n, c in Counter(i["name"] for i in case[group]).items() if c > 1]
         if repeated:
             raise CasebookError(path, group, f"name {repeated[0]!r} appears twice")
@@ -201,6 +202,12 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
                                     f"no variant named {contrast[key]!r}")
         if contrast["variant"] == contrast["against"]:
             raise CasebookError(path, f"contrasts.{i}.against", "a variant against itself")
+    for i, ablation in enumerate(case["ablations"]):
+        if ablation["name"] in variants:
+            raise CasebookError(path, f"ablations.{i}.name", f"{ablation['name']!r} is a "
+                                "variant: an ablation is never verified, so it is not one")
+        if ablation["of"] not in variants:
+            raise CasebookError(path, f"ablations.{i}.of", f"no variant named {ablation['of']!r}")
     point_schema = paths.SCHEMA_DIR / "points" / f"{name}.schema.yaml"
     for i, point in enumerate(case["points"]):
         validate(path, point["params"], point_schema, prefix=f"points.{i}.params")
@@ -219,7 +226,16 @@ def _check_with_plugin(path: Path, case: dict[str, Any], plugin: PluginAnswers) 
     """What only the case's kernel package knows, checked before any job runs: every
     variant and baseline it has, every point it can run (``check_params``: build-only
     points are built, so they count), and a tolerance for every output a variant or a
-    baseline returns at the dtype of every point."""
+    baseline returns at the dtype of every point; every ablation it has, of the variant
+    the config says."""
+    for i, ablation in enumerate(case["ablations"]):
+        try:
+            of = plugin.ablates(ablation["name"])
+        except ValueError as error:
+            raise CasebookError(path, f"ablations.{i}.name", str(error)) from None
+        if of != ablation["of"]:
+            raise CasebookError(path, f"ablations.{i}.of", f"is {ablation['of']!r}, but the "
+                                f"case's plug-in ablates {of!r} by {ablation['name']!r}")
     returned: dict[str, tuple[str, ...]] = {}
     for group, outputs in (("variants", plugin.outputs),
                            ("baselines", plugin.baseline_outputs)):

@@ -56,6 +56,8 @@ class Evidence:
         default_factory=dict)
     # point -> the check_power record: verify's check run on near-miss mutants.
     check_power: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # (ablation, point) -> the ablation record: a variant with one part switched off.
+    ablations: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     # point -> the compare record: its variants and baselines measured interleaved.
     compare: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # (variant, point) of a verification, (variant, None) of a build -> the hash its record
@@ -179,6 +181,9 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
             [b["name"] for b in spec["baselines"]], paths.baseline_record, "baseline").items()},
         noise_floor=read(paths.noise_floor_record(target), "noise_floor"),
         randomized=randomized,
+        ablations={k: honest_clock(r) for k, r in grid(
+            [a["name"] for a in spec.get("ablations", [])], paths.ablation_record,
+            "ablation").items()},
         tile_choices={(v, p["name"]): records.read(path, "tile_choice")
                       for v in spec.get("autotune", {}).get("variants", [])
                       for p in spec["points"]

@@ -227,6 +227,94 @@ def _contrast_plans(ev: Evidence, spec: dict[str, Any]) -> tuple[list, list]:
     return plans, withheld
 
 
+def _resources(artifacts: list[dict[str, Any]]) -> str:
+    """A build's launches in brief: shared memory, block and grid of each."""
+    found = [a["facts"] for a in artifacts if "dynamic_smem_bytes" in a["facts"]]
+    return " + ".join(f"{f['dynamic_smem_bytes']:,} B smem, block {f['block'][0]}, grid "
+                      f"{'x'.join(map(str, f['grid']))}" for f in found) or "no launch"
+
+
+def _ablation_fact(record: dict[str, Any], kernel_median: float) -> str:
+    """What one ablation record says at its point, in one phrase."""
+    name = record["ablation"]
+    if not record["applies"]:
+        return f"{name}: does not apply ({record['not_applied_reason']})"
+    built = _resources(record["built"].get("artifacts", []))
+    if not record["timed"]:
+        return f"{name}: {built}; not timed ({record['not_timed_reason']})"
+    drawn = record["against_oracle"]
+    worst = drawn["worst_error_over_tolerance"]
+    result = ("the oracle's result within tolerance" if drawn["within_tolerance"] else
+              f"a wrong result ({worst:.3g}× the tolerance)" if worst is not None else
+              f"a wrong result ({drawn['nan_count']} non-finite outputs)"
+              if drawn["nan_count"] else "a wrong result (outside the tolerance)")
+    ratio = record["measurement"]["median_s"] / kernel_median
+    return f"{name}: {ratio:.3g}× the kernel's median; {built}; computes {result}"
+
+
+def ablation_figure(ev: Evidence, variant: str, points: list[str], path: str
+                    ) -> dict[str, Any]:
+    """Where the time goes: the verified variant's time beside each of its ablations' (a
+    part switched off) at every point where the variant was timed, with each one's
+    launches as lowered and how far its result lies from the oracle."""
+    names = [a["name"] for a in ev.spec["ablations"] if a["of"] == variant]
+    series = [(f"{variant} (verified)", {p: ev.time[(variant, p)] for p in points})]
+    series += [(name, {p: r for p in points
+                       if (r := ev.ablations.get((name, p), {})).get("timed")})
+               for name in names]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    width = 0.8 / len(series)
+    for i, (label, by_point) in enumerate(series):
+        ms = [r["measurement"] for r in by_point.values()]
+        xs = [points.index(p) + (i - (len(series) - 1) / 2) * width for p in by_point]
+        ax.bar(xs, [m["median_s"] * 1e3 for m in ms], width, label=label,
+               yerr=[[(m["median_s"] - m["ci_low_s"]) * 1e3 for m in ms],
+                     [(m["ci_high_s"] - m["median_s"]) * 1e3 for m in ms]], capsize=2)
+    ax.set_xticks(range(len(points)), points)
+    ax.set_ylabel("median time per call (ms), 95% CI")
+    ax.legend(fontsize=7)
+    made = [r for _, by_point in series for r in by_point.values()]
+    ax.set_title(f"Where the time goes: {variant}, one part off at a time\n"
+                 f"{face_label(ev, made)}")
+    _save(fig, path)
+    switched = "; ".join(f"{a['name']} switches off {a['switches_off']}"
+                         for a in ev.spec["ablations"] if a["of"] == variant)
+    facts = []
+    for p in points:
+        kernel = ev.time[(variant, p)]
+        built = next((e.get("artifacts", []) for e in ev.builds.get(variant, {}).get(
+            "points", []) if e["point"] == p), [])
+        facts.append(f"{p}: {variant}: {_resources(built)}; " + "; ".join(
+            _ablation_fact(ev.ablations[(n, p)], kernel["measurement"]["median_s"])
+            for n in names if (n, p) in ev.ablations) + ".")
+    return {"title": f"Where the time goes: {variant}",
+            "caption": f"Median time per call of the verified {variant} and of each of its "
+                       "ablations (the same kernel with one part switched off), with "
+                       "distribution-free confidence intervals, at the points where the "
+                       "kernel passed verification; each timed in its own job, so ratios of "
+                       "medians are not paired comparisons. An ablation is never verified: "
+                       "it computes a wrong result on purpose, and its distance from the "
+                       f"oracle on one fresh draw is stated, not judged. {switched}. "
+                       + " ".join(facts)}
+
+
+def _ablation_plans(ev: Evidence) -> tuple[list, list]:
+    """A "where the time goes" figure per ablated variant, or why it is withheld."""
+    plans, withheld = [], []
+    for variant in dict.fromkeys(a["of"] for a in ev.spec["ablations"]):
+        names = [a["name"] for a in ev.spec["ablations"] if a["of"] == variant]
+        points = [p for p in ev.points if ev.time.get((variant, p), {}).get("timed")
+                  and any(ev.ablations.get((n, p), {}).get("timed") for n in names)]
+        name = f"ablation_{variant}"
+        if not points:
+            withheld.append({"figure": name, "reason": f"{variant} and an ablation of it "
+                             "were not both timed at any point on this target"})
+            continue
+        plans.append((name, lambda path, v=variant, pts=points:
+                      ablation_figure(ev, v, pts, path)))
+    return plans, withheld
+
+
 def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dict[str, Any]:
     """The figures of ``case`` on ``target``; records of ``measured`` targets must all exist."""
     spec = config.load_case(case_dir, case)
@@ -250,9 +338,9 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
         withheld.append({"figure": "timing", "reason": (
             "no point passed verification on this target: nothing is timed or published"
             if ev.ran else nothing_ran)})
-    contrasted, not_contrasted = _contrast_plans(ev, spec)
-    plans += contrasted
-    withheld += not_contrasted
+    for more, held in (_contrast_plans(ev, spec), _ablation_plans(ev)):
+        plans += more
+        withheld += held
     for name, draw in plans:
         svg = paths.figure(case, target, name)
         meta = draw(svg)

@@ -13,6 +13,8 @@ one results folder per machine::
     results/<target>/<case>/verify/<variant>/<point>.json      oracle check
     results/<target>/<case>/time/<variant>/<point>.json        measurement
     results/<target>/<case>/time/<variant>/<point>.samples.csv raw samples
+    results/<target>/<case>/ablation/<ablation>/<point>.json   an ablation lowered and
+                                                               timed (+ .samples.csv)
     results/<target>/<case>/baseline/<baseline>/<point>.json   baseline measurement
     results/<target>/<case>/compare/<point>.json (+ .samples.csv) kernels against
                                                                baselines, interleaved
@@ -141,6 +143,11 @@ def time_record(target: str, case: str, variant: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/time/{variant}/{point}.json"
 
 
+def ablation_record(target: str, case: str, ablation: str, point: str) -> str:
+    """A variant with one part switched off, lowered and timed at one point."""
+    return f"{RESULTS}/{target}/{case}/ablation/{ablation}/{point}.json"
+
+
 def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/baseline/{baseline}/{point}.json"
 
@@ -162,7 +169,8 @@ def point_records(spec: dict, target: str, point: str) -> dict[str, dict[str, st
 
 def case_records(spec: dict, target: str) -> list[str]:
     """Every record ``target`` produces for the case of config ``spec``: the noise floor,
-    then its builds, check power, verifications, times, baselines and comparisons."""
+    then its builds, check power, verifications, times, ablations, baselines and
+    comparisons."""
     case = spec["name"]
     out = [noise_floor_record(target)]
     out += [build_record(target, case, v["name"]) for v in spec["variants"]]
@@ -171,6 +179,8 @@ def case_records(spec: dict, target: str) -> list[str]:
         for v in spec["variants"]:
             out += [verify_record(target, case, v["name"], p["name"]),
                     time_record(target, case, v["name"], p["name"])]
+        out += [ablation_record(target, case, a["name"], p["name"])
+                for a in spec.get("ablations", [])]
         out += [baseline_record(target, case, b["name"], p["name"]) for b in spec["baselines"]]
         out.append(compare_record(target, case, p["name"]))
     return out
@@ -200,6 +210,8 @@ def case_products(spec: dict, target: str) -> list[str]:
     variants = [v["name"] for v in spec["variants"]]
     baselines = [b["name"] for b in spec["baselines"]]
     measured = [time_record(target, case, v, p) for v in variants for p in points]
+    measured += [ablation_record(target, case, a["name"], p)
+                 for a in spec.get("ablations", []) for p in points]
     measured += [baseline_record(target, case, b, p) for b in baselines for p in points]
     measured += [compare_record(target, case, p) for p in points]
     return [*case_records(spec, target), *map(samples_table, measured),

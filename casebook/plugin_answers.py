@@ -14,9 +14,10 @@ from casebook import cases, paths, provenance, records
 
 
 class PluginAnswers:
-    """``outputs``, ``baseline_outputs`` and ``params_problem`` of a case's plug-in, as the
-    plug-in answers them; the plug-in is imported at the first question not yet kept. An
-    error (a name the case does not have) is raised each time, never kept."""
+    """``outputs``, ``baseline_outputs``, ``ablates`` and ``params_problem`` of a case's
+    plug-in, as the plug-in answers them; the plug-in is imported at the first question
+    not yet kept. An error (a name the case does not have) is raised each time, never
+    kept."""
 
     def __init__(self, case: str):
         self.case = case
@@ -41,7 +42,8 @@ class PluginAnswers:
             plugin = cases.load(self.case)
             answer = (cases.params_problem(plugin, argument) if question == "params_problem"
                       else getattr(plugin, question)(argument))
-            self.kept[key] = None if answer is None else list(answer)
+            self.kept[key] = (answer if answer is None or isinstance(answer, str)
+                              else list(answer))
             self.added = True
         return self.kept[key]
 
@@ -50,6 +52,14 @@ class PluginAnswers:
 
     def baseline_outputs(self, name: str) -> tuple[str, ...]:
         return tuple(self._ask("baseline_outputs", name))
+
+    def ablates(self, name: str) -> str:
+        """The variant ablation ``name`` switches a part of off; ValueError where the
+        plug-in has no such ablation (or no ablations)."""
+        if f"ablates {json.dumps(name)}" not in self.kept \
+                and not hasattr(cases.load(self.case), "ablates"):
+            raise ValueError(f"the {self.case} plug-in has no ablations (no `ablates` hook)")
+        return self._ask("ablates", name)
 
     def params_problem(self, params: dict[str, Any]) -> tuple[str, str] | None:
         found = self._ask("params_problem", params)

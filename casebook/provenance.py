@@ -122,16 +122,17 @@ def kernel_sources_sha256(case: str) -> str:
 
 # Case-config keys only the pages read: editing them reruns no measurement.
 PRESENTATION_KEYS = ("title", "summary", "notice", "numerics_notes", "randomized_checks",
-                     "target")
+                     "target", "contrasts")
 
 
 def job_slice(spec: dict[str, Any], variant: str | None = None, point: str | None = None,
-              baseline: str | None = None) -> dict[str, Any]:
-    """The part of a case config one job reads: its variant, point or baseline entry (a job
-    naming no point reads every point, as a build does), the tolerance of its point's dtype,
-    and the case-wide settings."""
+              baseline: str | None = None, ablation: str | None = None) -> dict[str, Any]:
+    """The part of a case config one job reads: its variant, point, baseline or ablation
+    entry (a job naming no point reads every point, as a build does), the tolerance of its
+    point's dtype, and the case-wide settings."""
     kept = {k: v for k, v in spec.items() if k not in PRESENTATION_KEYS}
-    for group, name in (("variants", variant), ("baselines", baseline)):
+    for group, name in (("variants", variant), ("baselines", baseline),
+                        ("ablations", ablation)):
         kept[group] = [i for i in spec.get(group, []) if i["name"] == name]
     if point is not None:
         for group in ("points", "build_only_points"):
@@ -143,11 +144,12 @@ def job_slice(spec: dict[str, Any], variant: str | None = None, point: str | Non
 
 
 def job_sha256(spec: dict[str, Any], variant: str | None = None, point: str | None = None,
-               baseline: str | None = None) -> str:
+               baseline: str | None = None, ablation: str | None = None) -> str:
     """The hash a record carries: the kernel sources its case imports and the job's own
     slice of the case config, so that a record is stale only when what it read changed."""
     digest = hashlib.sha256(kernel_sources_sha256(spec["name"]).encode())
-    digest.update(json.dumps(job_slice(spec, variant, point, baseline), sort_keys=True).encode())
+    digest.update(json.dumps(job_slice(spec, variant, point, baseline, ablation),
+                             sort_keys=True).encode())
     return digest.hexdigest()
 
 

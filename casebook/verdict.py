@@ -26,15 +26,15 @@ def _read(path: str, kind: str) -> dict[str, Any] | None:
 
 
 def _refused(path: str, kind: str) -> bool:
-    """Whether the time or baseline record at ``path`` says a guard refused it."""
+    """Whether the time, ablation or baseline record at ``path`` says a guard refused it."""
     timed = _read(path, kind)
-    return (bool(timed) and not timed["timed"]
+    return (bool(timed) and timed.get("timed") is False
             and timed["not_timed_reason"].startswith(records.REFUSED))
 
 
 def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, list[str]]:
     """target/case/variant/point of each failed verification, and of each kernel,
-    baseline or interleaved comparison measurement a guard refused, in the records of
+    ablation, baseline or interleaved comparison measurement a guard refused, in the records of
     ``targets``; each case whose page failed to render, with the error."""
     failed, refused = [], []
     for target in targets:
@@ -48,6 +48,9 @@ def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, 
                         failed.append(where)
                     if _refused(paths.time_record(target, case, variant, point), "time"):
                         refused.append(where)
+                for name in (a["name"] for a in spec.get("ablations", [])):
+                    if _refused(paths.ablation_record(target, case, name, point), "ablation"):
+                        refused.append(f"{target}/{case}/ablation {name}/{point}")
                 for name in (b["name"] for b in spec["baselines"]):
                     if _refused(paths.baseline_record(target, case, name, point), "baseline"):
                         refused.append(f"{target}/{case}/baseline {name}/{point}")

@@ -36,7 +36,11 @@ None``, a case's own check of one named output (None: the elementwise default);
 ``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes, tie_rule,
 hand}``, the tile rows the autotune rule measures for a variant;
 ``intermediates(variant, params) -> [{tensor, bytes}]``, the tensors one of the variant's
-kernels writes to memory for the next to read (a config's ``contrasts`` draw them).
+kernels writes to memory for the next to read (a config's ``contrasts`` draw them);
+``ablates(name) -> variant`` (ValueError for a name it does not have) and
+``ablation_refusal(name, params) -> str | None``, a case's ablations: a variant with one
+part switched off, which ``build`` and ``kernel`` then accept by name (a config's
+``ablations`` lower and time them), and why one changes nothing at ``params``.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from typing import Any, NamedTuple, Protocol, TypedDict
 import numpy as np
 
 SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
-OPTIONAL = ("races_found", "reset", "compare", "tile_candidates", "intermediates")
+OPTIONAL = ("races_found", "reset", "compare", "tile_candidates", "intermediates",
+            "ablates", "ablation_refusal")
 
 
 class NotRunnable(Exception):

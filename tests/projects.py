@@ -26,15 +26,16 @@ MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.0
 def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu", "upstream")
               ) -> dict:
     """The real case, cut to one point, one build-only point, the port and upstream (or
-    ``variants``); the point cut to one head (the interpreter's cost grows with the
-    programs; the sequence length stays, and with it the output's scale against the f16
-    tolerance, which a 1% bias must stay under). The shipped points are checked whole by
-    the kernel tests."""
+    ``variants``) and the ablations of those; the point cut to one head (the
+    interpreter's cost grows with the programs; the sequence length stays, and with it
+    the output's scale against the f16 tolerance, which a 1% bias must stay under). The
+    shipped points are checked whole by the kernel tests."""
     case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml").read_text())
     case["points"] = case["points"][:1]
     case["points"][0]["params"].update(heads_q=1, heads_kv=1)
     case["build_only_points"] = case["build_only_points"][:1]
     case["variants"] = [v for v in case["variants"] if v["name"] in variants]
+    case["ablations"] = [a for a in case["ablations"] if a["of"] in variants]
     case["autotune"]["variants"] = [v for v in ("mgpu",) if v in variants]
     if not case["autotune"]["variants"]:
         del case["autotune"]
@@ -48,7 +49,8 @@ def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu",
 
 def tiny_moe_case() -> dict:
     """Case 01 cut to its first point, its smallest build-only point, the whole fused
-    path, one Hopper GEMM and one Blackwell GEMM (lowered only), with both baselines."""
+    path and its ablations, one Hopper GEMM and one Blackwell GEMM (lowered only), with
+    both baselines."""
     case = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/moe_nvfp4.yaml").read_text())
     case["points"] = case["points"][:1]
     case["build_only_points"] = case["build_only_points"][-1:]
@@ -56,6 +58,7 @@ def tiny_moe_case() -> dict:
         "moe_fused", "gemm1_m128n128s3", "gemm1_sm100a_n128k256s3")]
     case["autotune"]["variants"] = ["gemm1_m128n128s3"]
     case.pop("contrasts")  # moe_unfused is not in the tiny case
+    case["ablations"] = [a for a in case["ablations"] if a["of"] == "moe_fused"]
     case["verify"]["trials"] = 1
     return case
 

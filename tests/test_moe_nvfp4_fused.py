@@ -126,5 +126,6 @@ def test_fused_lowers_for_sm90a_at_upstream_benchmark_shapes(n, k):
 
 
 def test_fused_over_budget_is_rejected_naming_the_config():
-    with pytest.raises(ValueError, match=r"FusedConfig\(block_m=64, stages=3\).*exceed"):
+    with pytest.raises(ValueError,
+                       match=r"FusedConfig\(block_m=64, stages=3, produce_scales=True\).*exceed"):
         mgpu_fused.make(1, 64, 256, 256, mgpu_fused.FusedConfig(stages=3))

@@ -100,7 +100,7 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert ("check power WEAK: 2/3 mutants caught (as a check of poisoned outputs), lets "
             "out:bias_1pct pass") in html.unescape(page.read_text())
     figures = figures_of(page)
-    assert len(figures) == 3  # correctness, build (shared memory) and timing
+    assert len(figures) == 4  # correctness, build (shared memory), timing, ablations
     for figure in figures:
         assert figure["headings"] == list(conditions.HEADINGS.values())
         assert figure["items"] >= 6
@@ -111,11 +111,27 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert "lowered for cuda sm_90a" in index.read_text()
     assert "not GPU time" in (project / "results/figures/splash_attention/cpu/timing.svg"
                               ).read_text()
+    # Where the time goes: mgpu beside each ablation, lowered and timed, never verified.
+    ablated = json.loads((project / "results/figures/splash_attention/cpu/"
+                          "ablation_mgpu.json").read_text())
+    for name in ("mgpu_no_mask_evaluation", "mgpu_no_rescaling", "mgpu_one_compute_wg",
+                 "mgpu_one_stage"):
+        record = json.loads((project / "results/cpu/splash_attention/ablation" / name
+                             / "mha_causal_f16.json").read_text())
+        assert record["applies"] and record["timed"] and record["shared_host"], name
+        assert f"{name}: " in ablated["caption"]
+    assert "never verified" in ablated["caption"]
+    assert "mgpu_no_mask_evaluation: " in ablated["caption"]
+    assert "Where the time goes: mgpu" in page.read_text()
 
 
 def test_the_moe_case_publishes_its_stages_verified_lowered_and_labelled(project):
     page = (project / "site/public/moe_nvfp4.html").read_text()
-    assert len(figures_of(project / "site/public/moe_nvfp4.html")) == 3
+    # correctness, build, timing, and where moe_fused's time goes (its two ablations)
+    assert len(figures_of(project / "site/public/moe_nvfp4.html")) == 4
+    scales = json.loads((project / "results/cpu/moe_nvfp4/ablation/moe_fused_given_scales/"
+                         "e2_m128_h256_i256.json").read_text())
+    assert scales["timed"] and not scales["against_oracle"]["within_tolerance"]
     results = project / "results/cpu/moe_nvfp4"
     for path in (results / "verify").rglob("*.json"):
         record = json.loads(path.read_text())
@@ -483,7 +499,7 @@ def test_a_broken_sidecar_or_manifest_fails_the_page_never_the_site(project, bro
     assert not dead_links(site)
     restored = snakemake(project, "--forcerun", "page", "splash_attention")
     assert restored.returncode == 0, restored.stderr[-3000:]
-    assert len(figures_of(site / "splash_attention.html")) == 3 and not dead_links(site)
+    assert len(figures_of(site / "splash_attention.html")) == 4 and not dead_links(site)
 
 
 def test_a_hand_edited_sidecar_reruns_its_page(project):
@@ -572,7 +588,7 @@ def test_other_targets_are_rendered_beside_never_regenerated(project):
     page = (project / "site/public/splash_attention.html").read_text()
     assert 'id="target-cpu"' in page and 'id="target-h200"' in page
     assert "GPU: NVIDIA H200" in page
-    assert len(figures_of(project / "site/public/splash_attention.html")) == 6
+    assert len(figures_of(project / "site/public/splash_attention.html")) == 8
     assert len(list((project / "results/h200").rglob("*.json"))) == len(
         list((project / "results/cpu").rglob("*.json")))
 

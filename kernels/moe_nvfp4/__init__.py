@@ -17,6 +17,7 @@ import numpy as np
 from kernels import contract, mgpu_interpret, mgpu_lowering
 from kernels.contract import Runnable
 from kernels.moe_nvfp4 import (
+    ablations,
     baselines,
     checks,
     inputs,
@@ -88,6 +89,26 @@ def _variant(name: str) -> port.Variant:
     return port.VARIANTS[name]
 
 
+def _configured(name: str, params: dict[str, Any]) -> port.Variant:
+    """A variant's configuration at ``params`` (a point's tile row applied), or an
+    ablation's, derived from its variant's (``ablations``)."""
+    if name in ablations.ABLATIONS:
+        of = port.with_tiles(_variant(ablations.find(name).of), params.get("tiles"))
+        return ablations.configured(name, of)
+    return port.with_tiles(_variant(name), params.get("tiles"))
+
+
+def ablates(name: str) -> str:
+    """The variant ablation ``name`` switches a part of off (``ablations``)."""
+    return ablations.find(name).of
+
+
+def ablation_refusal(name: str, params: dict[str, Any]) -> str | None:
+    """Why ablation ``name`` changes nothing at ``params`` (None: it applies)."""
+    ablation = ablations.find(name)
+    return ablation.refuse(port.with_tiles(_variant(ablation.of), params.get("tiles")))
+
+
 def _baseline(name: str):
     if name not in baselines.BASELINES:
         raise ValueError(f"unknown moe_nvfp4 baseline {name!r}; known: "
@@ -104,7 +125,7 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
     if variant == reference_launch.VARIANT:
         return reference_launch.build(params)
     e, m, k, n = inputs.sizes(params)
-    chosen = port.with_tiles(_variant(variant), params.get("tiles"))
+    chosen = _configured(variant, params)
     artifacts = []
     for stage, (fn, config, shapes) in port.kernels(chosen, e, m, k, n).items():
         try:
@@ -140,7 +161,7 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
             "here, its launch recorded, never run (it needs a Blackwell GPU, and torch "
             "for its host wrapper)")
     e, m, k, n = inputs.sizes(params)
-    chosen = port.with_tiles(_variant(variant), params.get("tiles"))
+    chosen = _configured(variant, params)
     interpret, execution = mgpu_interpret.placement(purpose, chosen.arch)
     fn = port.function(chosen, e, m, k, n, interpret=interpret)
     return from_jax(fn, port.INPUTS, execution)._replace(fetch=_fetch)

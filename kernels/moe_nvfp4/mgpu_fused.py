@@ -28,15 +28,19 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import arguments
 from kernels.moe_nvfp4 import mgpu_mainloop as loop
-from kernels.moe_nvfp4.mgpu_quantize import merge_scale_bytes, quantize_pair
+from kernels.moe_nvfp4.mgpu_quantize import GIVEN_SCALE, merge_scale_bytes, quantize_pair
 
 ACT_BLOCK = 256  # act columns per CTA: two passes of 128 (16 scale bytes per row)
 
 
 @dataclasses.dataclass(frozen=True)
 class FusedConfig:
+    """Rows per CTA, TMA ring depth; ``produce_scales`` off (an ablation): the requantize
+    gives every block ``GIVEN_SCALE`` instead of producing its scale."""
+
     block_m: int = 64
     stages: int = 2
+    produce_scales: bool = True
 
     def __post_init__(self):
         if self.block_m != 64:
@@ -102,7 +106,8 @@ def make(experts: int, m: int, n: int, k: int, config: FusedConfig, interpret: A
                 alpha = alpha_ref[e]
                 packed, scale_bytes = quantize_pair(
                     silu_mul(gate_even * alpha, up_even * alpha),
-                    silu_mul(gate_odd * alpha, up_odd * alpha), gs_ref[e])
+                    silu_mul(gate_odd * alpha, up_odd * alpha), gs_ref[e],
+                    given_scale=None if config.produce_scales else GIVEN_SCALE)
                 smem["q_smem"][...] = packed.astype(jnp.uint8)
                 merge_scale_bytes(smem["s_smem"], scale_bytes, half)
                 plgpu.commit_smem()

@@ -37,12 +37,19 @@ K_STEP = 128  # K per step: one 64-byte packed tile and 8 scale bytes per row
 SCALE_LAYOUTS = ("row_major", "swizzled_128x4")
 
 
+# What an ablation that takes the scales as given uses for every block's scale (1.0, e4m3
+# byte 0x38): no amax, no scale rounding per block (``quantize_pair``'s ``given_scale``).
+GIVEN_SCALE = (1.0, 0x38)
+
+
 @dataclasses.dataclass(frozen=True)
 class QuantizeConfig:
-    """Rows per CTA, and where the scales go: ``row_major`` or ``swizzled_128x4``."""
+    """Rows per CTA, and where the scales go: ``row_major`` or ``swizzled_128x4``;
+    ``produce_scales`` off (an ablation): every block takes ``GIVEN_SCALE``."""
 
     block_m: int = 64
     scale_layout: str = "row_major"
+    produce_scales: bool = True
 
     def __post_init__(self):
         if self.block_m not in (64, 128):
@@ -54,12 +61,21 @@ class QuantizeConfig:
                              "row per CTA)")
 
 
-def quantize_pair(even, odd, gs, layout=WGMMA):
+def quantize_pair(even, odd, gs, layout=WGMMA, given_scale: tuple[float, int] | None = None):
     """float32 [R, W] tiles of even and odd K (2W K per row: W/8 blocks of 16, W a
     multiple of 8), in ``layout`` -> (packed int32 bytes [R, W], W/8 int32 vectors of
-    scale bytes over rows)."""
-    cols = plgpu.broadcasted_iota(jnp.int32, even.shape, 1, layout=layout) // 8
+    scale bytes over rows). ``given_scale`` (value, byte), an ablation's: every block
+    takes that scale, none is produced."""
     groups = even.shape[1] // 8
+    if given_scale is not None:
+        value, byte = given_scale
+        rows = plgpu.broadcasted_iota(jnp.int32, even.shape[:1], 0, layout=layout.reduce(1))
+        negative = (lax.bitcast_convert_type(even, jnp.int32) < 0,
+                    lax.bitcast_convert_type(odd, jnp.int32) < 0)
+        packed = (encode.e2m1(even * (gs / value), negative[0])
+                  | (encode.e2m1(odd * (gs / value), negative[1]) << 4))
+        return packed, [rows * 0 + byte] * groups
+    cols = plgpu.broadcasted_iota(jnp.int32, even.shape, 1, layout=layout) // 8
     magnitude = jnp.maximum(jnp.abs(even), jnp.abs(odd))
     scales = [encode.e4m3(jnp.where(cols == g, magnitude, 0.0).max(axis=1) * gs / 6.0)
               for g in range(groups)]
@@ -112,6 +128,7 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
         mgpu_interpret.prepare_host_interpreter()
 
     swizzle = config.scale_layout == "swizzled_128x4"
+    given = None if config.produce_scales else GIVEN_SCALE
 
     def body(x_ref, gs_ref, masked_ref, q_ref, s_ref, x_smem, q_smem, s_smem, q_rows, s_rows,
              barrier, atoms_smem=None):
@@ -128,7 +145,7 @@ def make(experts: int, m: int, k: int, config: QuantizeConfig, interpret: Any = 
                 words = x_smem[...]
                 even = lax.bitcast_convert_type(words << 16, jnp.float32)
                 odd = lax.bitcast_convert_type(words & jnp.uint32(0xFFFF0000), jnp.float32)
-                packed, scale_bytes = quantize_pair(even, odd, gs_ref[e])
+                packed, scale_bytes = quantize_pair(even, odd, gs_ref[e], given_scale=given)
                 plgpu.commit_smem()  # every thread has read x_smem before it is refilled
                 q_smem[...] = packed.astype(jnp.uint8)
                 half = lax.rem(t, 2)

@@ -26,6 +26,7 @@ from kernels import contract, mgpu_interpret
 from kernels.contract import SINGLE_OUTPUT, Runnable
 from kernels.runnable import from_jax
 from kernels.splash_attention import (
+    ablations,
     baselines,
     masks,
     near_misses,
@@ -119,6 +120,8 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
     for TPU (Mosaic) and, in its interpreted form, for the host."""
     import jax
 
+    if variant in ablations.ABLATIONS:
+        return port.build_ablation(variant, params)
     _check_variant(variant)
     if variant in port.VARIANTS:
         return port.build(variant, params)
@@ -152,7 +155,12 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
     """The kernel to ``check`` or to ``time``: the port on a GPU of its architecture, or
     (sm_90a only) in the Mosaic GPU interpreter on a host without a GPU (checking: NaN
-    memory, races); upstream in Pallas's TPU interpreter."""
+    memory, races); upstream in Pallas's TPU interpreter. An ablation (``ablations``)
+    runs as its variant does."""
+    if variant in ablations.ABLATIONS:
+        interpret, execution = mgpu_interpret.placement(purpose, "sm_90a")
+        return from_jax(port.make_ablation(variant, params, interpret=interpret), INPUTS,
+                        execution)
     _check_variant(variant)
     backward = variant in BACKWARD_VARIANTS
     names = BACKWARD_INPUTS if backward else INPUTS
@@ -197,6 +205,16 @@ def reference_file() -> str:
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"unknown splash_attention variant {variant!r}; known: {VARIANTS}")
+
+
+def ablates(name: str) -> str:
+    """The variant ablation ``name`` switches a part of off (``ablations``)."""
+    return ablations.find(name).of
+
+
+def ablation_refusal(name: str, params: dict[str, Any]) -> str | None:
+    """Why ablation ``name`` changes nothing at ``params`` (None: it applies)."""
+    return ablations.refusal(name, port.tuning(params))
 
 
 def tile_candidates(variant: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,18 @@ class TuningConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class Switches:
+    """Parts of the computation an ablation switches off; every part on is the verified
+    kernel. Off, a part computes a wrong result on purpose (``ablations``)."""
+
+    mask_evaluation: bool = True  # off: a partial block computed as a full one, no tile read
+    rescaling: bool = True  # off: O and the row sum never rescaled as the row max grows
+
+
+ALL_ON = Switches()
+
+
+@dataclasses.dataclass(frozen=True)
 class Problem:
     """The static facts of one call: shapes, dtype and options."""
 
@@ -166,12 +178,12 @@ def smem_bytes(problem: Problem, config: TuningConfig, has_tiles: bool) -> int:
 
 
 def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
-         interpret: Any = None):
+         interpret: Any = None, switches: Switches = ALL_ON):
     """The forward kernel: ``f(q, k_t, v[, q_seg, kv_seg]) -> out[, lse]``.
 
     Partial blocks use ``block_plan.mask_function`` on iota when it has one, else
     MaskInfo's partial tiles. ``interpret``: ``InterpretGPUParams`` to run in the Mosaic
-    GPU interpreter, ``None`` for the real kernel.
+    GPU interpreter, ``None`` for the real kernel. ``switches``: an ablation's parts off.
     """
     bq, bkv, stages, wgs = config.block_q, config.block_kv, config.stages, config.compute_wgs
     rows = bq // wgs
@@ -190,6 +202,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
         if wgs > 1:
             mgpu_interpret.check_host_pool(wgs + 1)
     has_tiles = mask_function is None
+    evaluate_masks = switches.mask_evaluation
 
     def body(q_ref, kt_ref, v_ref, kv_block_ref, kind_ref, mask_block_ref, count_ref,
              tiles_ref, *refs, q_smem, k_smem, v_smem, p_smem, q_barrier,
@@ -217,7 +230,7 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
             if problem.segment_ids:
                 plgpu.copy_gmem_to_smem(kv_seg_ref.at[pl.ds(kv_start, bkv)],
                                         kv_seg_smem.at[slot], barrier)
-            if has_tiles:
+            if has_tiles and evaluate_masks:
                 mgpu_mask.load_tile(kind_ref[plan_head, q_block, t] == PARTIAL, tiles_ref,
                                     mask_block_ref[plan_head, q_block, t],
                                     tile_smem, tile_barriers, slot)
@@ -264,18 +277,22 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
                     plgpu.barrier_wait(tile_barriers.at[slot])
                     return tile_smem.at[slot, wg][...]
 
-                s = mgpu_mask.partial_block(
-                    s, kind == PARTIAL, mask_function, tile,
-                    lambda: (mgpu_mask.iota((rows, bkv), 0, q_start),
-                             mgpu_mask.iota((rows, bkv), 1, kv_start)))
+                if evaluate_masks:
+                    s = mgpu_mask.partial_block(
+                        s, kind == PARTIAL, mask_function, tile,
+                        lambda: (mgpu_mask.iota((rows, bkv), 0, q_start),
+                                 mgpu_mask.iota((rows, bkv), 1, kv_start)))
                 if problem.segment_ids:
                     s = mgpu_mask.segments(s, q_segments,
                                            plgpu.layout_cast(kv_seg_smem.at[slot][...], COL))
 
                 row_max_new = jnp.maximum(row_max, s.max(axis=1) * LOG2E)
-                alpha = jnp.exp2(row_max - row_max_new)
                 p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(row_max_new, s.shape, [0]))
-                row_sum = row_sum * alpha + p.sum(axis=1)
+                if switches.rescaling:
+                    alpha = jnp.exp2(row_max - row_max_new)
+                    row_sum = row_sum * alpha + p.sum(axis=1)
+                else:
+                    row_sum = row_sum + p.sum(axis=1)
                 p_smem.at[wg][...] = p.astype(dtype)
                 plgpu.commit_smem()
 
@@ -284,7 +301,10 @@ def make(problem: Problem, config: TuningConfig, block_plan: BlockPlan,
                     return acc[...]
 
                 o_step = pl.run_scoped(pv, plgpu.ACC((rows, problem.head_dim_v), jnp.float32))
-                o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + o_step
+                if switches.rescaling:
+                    o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + o_step
+                else:
+                    o = o + o_step
                 # Both wgmmas of this slot have completed (their results were read).
                 release(t, slot)
                 return o, row_max_new, row_sum

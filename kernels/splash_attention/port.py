@@ -30,6 +30,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from kernels import mgpu_lowering
 from kernels.splash_attention import (
+    ablations,
     block_plan,
     masks,
     mgpu_autodiff,
@@ -194,7 +195,21 @@ def make(variant: str, params: dict[str, Any], interpret=None):
     else:
         forward = mgpu_forward.make(problem(params), tuning(params), plan(variant, params),
                                     interpret=interpret)
+    return _on_case_inputs(forward, params)
 
+
+def make_ablation(name: str, params: dict[str, Any], interpret=None):
+    """``f(q, k, v)`` of ablation ``name`` (``ablations``): its variant's kernel at the
+    point's tiles, one part switched off."""
+    config, switches = ablations.configured(name, tuning(params))
+    forward = mgpu_forward.make(problem(params), config,
+                                plan(ablations.find(name).of, params), interpret=interpret,
+                                switches=switches)
+    return _on_case_inputs(forward, params)
+
+
+def _on_case_inputs(forward, params: dict[str, Any]):
+    """The forward kernel on the case's q, k, v (and the point's segment ids)."""
     seg = segment_ids(params)
     segments = () if seg is None else (seg.q, seg.kv)
 
@@ -294,10 +309,10 @@ def build_backward(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _forward_build(variant: str, params: dict[str, Any], the_plan: block_plan.BlockPlan,
+def _forward_build(forward, params: dict[str, Any], the_plan: block_plan.BlockPlan,
                    target: str, kind: str, tuning_facts: dict[str, int]) -> dict[str, Any]:
-    """Lower a forward variant, budgets checked: its launch facts and block census."""
-    lowered = mgpu_lowering.lower_for_cuda(make(variant, params), arg_shapes(params))
+    """Lower a forward kernel, budgets checked: its launch facts and block census."""
+    lowered = mgpu_lowering.lower_for_cuda(forward, arg_shapes(params))
     (launch,) = lowered["launches"]
     return {
         "artifacts": [{
@@ -322,7 +337,7 @@ def build_blackwell(variant: str, params: dict[str, Any]) -> dict[str, Any]:
     except ValueError as error:
         raise ValueError(f"{variant} at {params}: {error}") from None
     return _forward_build(
-        variant, params, the_plan, "cuda sm_100a",
+        make(variant, params), params, the_plan, "cuda sm_100a",
         "Pallas Mosaic GPU kernel for Blackwell (lowered on CPU, not run)",
         {"block_q": config.block_q, "block_kv": config.block_kv, "stages": config.stages,
          "q_tiles_in_flight": config.q_tiles})
@@ -366,14 +381,25 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
         return build_backward(params)
     if variant in BLACKWELL_FORWARD:
         return build_blackwell(variant, params)
-    config = tuning(params)
-    the_plan = plan(variant, params)
+    return _hopper_build(variant, make(variant, params), tuning(params), plan(variant, params),
+                         params)
+
+
+def build_ablation(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Lower ablation ``name`` for sm_90a as ``build`` lowers its variant."""
+    config, _ = ablations.configured(name, tuning(params))
+    return _hopper_build(name, make_ablation(name, params), config,
+                         plan(ablations.find(name).of, params), params)
+
+
+def _hopper_build(name: str, forward, config: mgpu_forward.TuningConfig,
+                  the_plan: block_plan.BlockPlan, params: dict[str, Any]) -> dict[str, Any]:
     budget = mgpu_forward.smem_bytes(problem(params), config, the_plan.mask_function is None)
     if budget > mgpu_forward.SMEM_LIMIT_BYTES:
-        raise ValueError(f"{variant} at {params}: {budget} bytes of shared memory exceed the "
+        raise ValueError(f"{name} at {params}: {budget} bytes of shared memory exceed the "
                          f"{mgpu_forward.SMEM_LIMIT_BYTES}-byte limit ({config})")
     return _forward_build(
-        variant, params, the_plan, "cuda sm_90a",
+        forward, params, the_plan, "cuda sm_90a",
         "Pallas Mosaic GPU kernel (lowered on CPU, not run)",
         {"block_q": config.block_q, "block_kv": config.block_kv, "stages": config.stages,
          "compute_warpgroups": config.compute_wgs})

@@ -60,6 +60,7 @@ wildcard_constraints:
     variant=_names("variants"),
     point="|".join(filter(None, [_names("points"), _names("build_only_points")])),
     baseline=_names("baselines"),
+    ablation=_names("ablations"),
 
 
 def case_file(wildcards):
@@ -90,6 +91,22 @@ def job_config(*names):
         return json.dumps(provenance.job_slice(CASES[wildcards.case], **picked), sort_keys=True)
 
     return slice_of
+
+
+def ablated_verify(wildcards):
+    """The verify record of the variant the ablation switches a part of off."""
+    of = case_config.find(CASES[wildcards.case]["ablations"], wildcards.ablation,
+                          case_file(wildcards), "ablations")["of"]
+    return paths.verify_record(wildcards.target, wildcards.case, of, wildcards.point)
+
+
+def ablation_config(wildcards):
+    """A param: the ablation's slice of the case config (provenance.job_slice)."""
+    spec = CASES[wildcards.case]
+    of = case_config.find(spec["ablations"], wildcards.ablation, case_file(wildcards),
+                          "ablations")["of"]
+    return json.dumps(provenance.job_slice(spec, of, wildcards.point,
+                                           ablation=wildcards.ablation), sort_keys=True)
 
 
 def build_only_config(wildcards):
