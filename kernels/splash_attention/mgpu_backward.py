@@ -311,95 +311,128 @@ def make_dq(problem: Problem, config: BackwardConfig, plan: BlockPlan, interpret
     return dq
 
 
-def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret: Any = None):
-    """``f(q, q_t, k, v, do, do_t, lse2, delta[, q_seg, kv_seg]) -> (dk, dv)``, its
-    arguments checked before anything is traced."""
-    bq, bkv, stages = config.block_q, config.block_kv, config.stages
-    _check_tiling(problem, config, "dkv", "kv", plan.count.shape[1])
-    if interpret is not None:
-        mgpu_interpret.prepare_host_interpreter()
-    dtype = jnp.dtype(problem.dtype)
-    group = problem.heads_q // problem.heads_kv
-    per_head_plan = plan.plan_heads > 1
-    mask_function = plan.mask_function
-    has_tiles = mask_function is None
-    seg = problem.segment_ids
+@dataclasses.dataclass(frozen=True)
+class DkvWalk:
+    """The dK/dV kernel's walk of one kv block, shared with the fused backward: what it
+    reads (``gmem``: the q-side arrays and the plan's tables; ``smem``: the scratch of
+    ``dkv_scratch``) and the problem it walks."""
 
-    def body(q_ref, qt_ref, k_ref, v_ref, do_ref, dot_ref, lse_ref, delta_ref, head_ref,
-             block_ref, kind_ref, mask_block_ref, count_ref, tiles_ref, *refs, k_smem, v_smem,
-             q_smem, qt_smem, do_smem, dot_smem, lse_smem, delta_smem, p_smem, kv_barrier,
-             q_barriers, tile_smem=None, tile_barriers=None, kv_seg_smem=None,
-             q_seg_smem=None):
-        if seg:
-            q_seg_ref, kv_seg_ref, *refs = refs
-        dk_ref, dv_ref = refs
-        kv_head = lax.axis_index("heads")
-        kv_block = lax.axis_index("kv_blocks")
-        p_head = kv_head if per_head_plan else 0
+    problem: Problem
+    config: BackwardConfig
+    plan: DkvPlan
+    gmem: dict  # q, q_t, do, do_t, lse, delta, head, block, kind, mask_block, tiles[, q_seg]
+    smem: dict
+
+    def run(self, kv_head, kv_block, also=None):
+        """(dK, dV) of kv block ``kv_block`` over every query head of its group, K and V
+        (and its segment ids) copied to ``smem`` on ``kv_barrier`` by the caller; after
+        each step's dSᵀ is in ``p_smem``, ``also(u, slot, head, q_start)`` (the fused
+        backward's dQ share)."""
+        problem, plan, g, m = self.problem, self.plan, self.gmem, self.smem
+        bq, bkv, stages = self.config.block_q, self.config.block_kv, self.config.stages
+        dtype = jnp.dtype(problem.dtype)
+        group = problem.heads_q // problem.heads_kv
+        p_head = kv_head if plan.plan_heads > 1 else 0
+        seg, has_tiles = problem.segment_ids, plan.mask_function is None
         kv_start = kv_block * bkv
-        count = count_ref[p_head, kv_block]
-        rows = pl.ds(kv_start, bkv)
-
-        plgpu.copy_gmem_to_smem(k_ref.at[kv_head, rows], k_smem, kv_barrier)
-        plgpu.copy_gmem_to_smem(v_ref.at[kv_head, rows], v_smem, kv_barrier)
-        if seg:
-            plgpu.copy_gmem_to_smem(kv_seg_ref.at[rows], kv_seg_smem, kv_barrier)
+        count = g["count"][p_head, kv_block]
 
         def issue(u, slot):
-            head = kv_head * group + head_ref[p_head, kv_block, u]
-            cols = pl.ds(block_ref[p_head, kv_block, u] * bq, bq)
-            barrier = q_barriers.at[slot]
-            plgpu.copy_gmem_to_smem(q_ref.at[head, cols], q_smem.at[slot], barrier)
-            plgpu.copy_gmem_to_smem(qt_ref.at[head, :, cols], qt_smem.at[slot], barrier)
-            plgpu.copy_gmem_to_smem(do_ref.at[head, cols], do_smem.at[slot], barrier)
-            plgpu.copy_gmem_to_smem(dot_ref.at[head, :, cols], dot_smem.at[slot], barrier)
-            plgpu.copy_gmem_to_smem(lse_ref.at[head, cols], lse_smem.at[slot], barrier)
-            plgpu.copy_gmem_to_smem(delta_ref.at[head, cols], delta_smem.at[slot], barrier)
+            head = kv_head * group + g["head"][p_head, kv_block, u]
+            cols = pl.ds(g["block"][p_head, kv_block, u] * bq, bq)
+            barrier = m["q_barriers"].at[slot]
+            for name, view in (("q", (head, cols)), ("qt", (head, slice(None), cols)),
+                               ("do", (head, cols)), ("dot", (head, slice(None), cols)),
+                               ("lse", (head, cols)), ("delta", (head, cols))):
+                plgpu.copy_gmem_to_smem(g[name].at[view], m[f"{name}_smem"].at[slot], barrier)
             if seg:
-                plgpu.copy_gmem_to_smem(q_seg_ref.at[cols], q_seg_smem.at[slot], barrier)
+                plgpu.copy_gmem_to_smem(g["q_seg"].at[cols], m["q_seg_smem"].at[slot], barrier)
             if has_tiles:
-                mgpu_mask.load_tile(kind_ref[p_head, kv_block, u] == PARTIAL, tiles_ref,
-                                    mask_block_ref[p_head, kv_block, u],
-                                    tile_smem, tile_barriers, slot)
+                mgpu_mask.load_tile(g["kind"][p_head, kv_block, u] == PARTIAL, g["tiles"],
+                                    g["mask_block"][p_head, kv_block, u],
+                                    m["tile_smem"], m["tile_barriers"], slot)
 
         for u in range(stages):
             pl.when(u < count)(functools.partial(issue, u, u))
-        plgpu.barrier_wait(kv_barrier)
-        kv_segments = plgpu.layout_cast(kv_seg_smem[...], ROW) if seg else None
+        plgpu.barrier_wait(m["kv_barrier"])
+        kv_segments = plgpu.layout_cast(m["kv_seg_smem"][...], ROW) if seg else None
+        p_smem = m["p_smem"]
 
         def step(u, carry):
             dk, dv = carry
             slot = lax.rem(u, stages)
-            kind = kind_ref[p_head, kv_block, u]
-            q_start = block_ref[p_head, kv_block, u] * bq
-            plgpu.barrier_wait(q_barriers.at[slot])
-            s, slope = mgpu_mask.soft_cap(_mm(k_smem, qt_smem.at[slot], (bkv, bq)),  # Sᵀ
-                                          problem.soft_cap)
+            kind = g["kind"][p_head, kv_block, u]
+            q_start = g["block"][p_head, kv_block, u] * bq
+            plgpu.barrier_wait(m["q_barriers"].at[slot])
+            s, slope = mgpu_mask.soft_cap(_mm(m["k_smem"], m["qt_smem"].at[slot], (bkv, bq)),
+                                          problem.soft_cap)  # Sᵀ
             s = mgpu_mask.partial_block(
-                s, kind == PARTIAL, mask_function, lambda: _tile(tile_barriers, tile_smem, slot),
+                s, kind == PARTIAL, plan.mask_function,
+                lambda: _tile(m.get("tile_barriers"), m.get("tile_smem"), slot),
                 lambda: (mgpu_mask.iota((bkv, bq), 1, q_start),
                          mgpu_mask.iota((bkv, bq), 0, kv_start)))
             if seg:
                 s = mgpu_mask.segments(s, kv_segments,
-                                       plgpu.layout_cast(q_seg_smem.at[slot][...], COL))
-            lse = plgpu.layout_cast(lse_smem.at[slot][...], COL)
+                                       plgpu.layout_cast(m["q_seg_smem"].at[slot][...], COL))
+            lse = plgpu.layout_cast(m["lse_smem"].at[slot][...], COL)
             p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(lse, (bkv, bq), [1]))  # Pᵀ
             p_smem[...] = p.astype(dtype)
             plgpu.commit_smem()
-            dv = dv + _mm(p_smem, do_smem.at[slot], (bkv, problem.head_dim_v))
-            dp = _mm(v_smem, dot_smem.at[slot], (bkv, bq))  # dPᵀ
-            delta = plgpu.layout_cast(delta_smem.at[slot][...], COL)
+            dv = dv + _mm(p_smem, m["do_smem"].at[slot], (bkv, problem.head_dim_v))
+            dp = _mm(m["v_smem"], m["dot_smem"].at[slot], (bkv, bq))  # dPᵀ
+            delta = plgpu.layout_cast(m["delta_smem"].at[slot][...], COL)
             ds = p * (dp - lax.broadcast_in_dim(delta, (bkv, bq), [1]))
             if slope is not None:
                 ds = ds * slope
             p_smem[...] = ds.astype(dtype)  # the wgmma reading Pᵀ has completed
             plgpu.commit_smem()
-            dk = dk + _mm(p_smem, q_smem.at[slot], (bkv, problem.head_dim_qk))
+            dk = dk + _mm(p_smem, m["q_smem"].at[slot], (bkv, problem.head_dim_qk))
+            if also is not None:
+                also(u, slot, kv_head * group + g["head"][p_head, kv_block, u], q_start)
             pl.when(u + stages < count)(lambda: issue(u + stages, slot))
             return dk, dv
 
-        dk, dv = lax.fori_loop(0, count, step, (_zeros((bkv, problem.head_dim_qk)),
-                                                _zeros((bkv, problem.head_dim_v))))
+        return lax.fori_loop(0, count, step, (_zeros((bkv, problem.head_dim_qk)),
+                                              _zeros((bkv, problem.head_dim_v))))
+
+
+DKV_TABLES = ("head", "block", "kind", "mask_block", "count")  # DkvPlan's, as DkvWalk names them
+
+
+def dkv_tables(plan: DkvPlan, config: BackwardConfig, dtype):
+    """The dkv plan's tables (``DKV_TABLES``' order) and partial tiles as device arrays."""
+    return _tables(plan, ("head_offset", "q_block", "kind", "mask_block", "count"),
+                   (config.block_kv, config.block_q), dtype)
+
+
+def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret: Any = None):
+    """``f(q, q_t, k, v, do, do_t, lse2, delta[, q_seg, kv_seg]) -> (dk, dv)``, its
+    arguments checked before anything is traced."""
+    bkv = config.block_kv
+    _check_tiling(problem, config, "dkv", "kv", plan.count.shape[1])
+    if interpret is not None:
+        mgpu_interpret.prepare_host_interpreter()
+    dtype = jnp.dtype(problem.dtype)
+    seg = problem.segment_ids
+
+    def body(q_ref, qt_ref, k_ref, v_ref, do_ref, dot_ref, lse_ref, delta_ref, *refs, **smem):
+        tables, refs = refs[:len(DKV_TABLES) + 1], refs[len(DKV_TABLES) + 1:]
+        if seg:
+            q_seg_ref, kv_seg_ref, *refs = refs
+        dk_ref, dv_ref = refs
+        kv_head = lax.axis_index("heads")
+        kv_block = lax.axis_index("kv_blocks")
+        rows = pl.ds(kv_block * bkv, bkv)
+        k_smem, v_smem = smem["k_smem"], smem["v_smem"]
+        plgpu.copy_gmem_to_smem(k_ref.at[kv_head, rows], k_smem, smem["kv_barrier"])
+        plgpu.copy_gmem_to_smem(v_ref.at[kv_head, rows], v_smem, smem["kv_barrier"])
+        if seg:
+            plgpu.copy_gmem_to_smem(kv_seg_ref.at[rows], smem["kv_seg_smem"],
+                                    smem["kv_barrier"])
+        gmem = {"q": q_ref, "qt": qt_ref, "do": do_ref, "dot": dot_ref, "lse": lse_ref,
+                "delta": delta_ref, **dict(zip((*DKV_TABLES, "tiles"), tables, strict=True)),
+                **({"q_seg": q_seg_ref} if seg else {})}
+        dk, dv = DkvWalk(problem, config, plan, gmem, smem).run(kv_head, kv_block)
         # The last wgmmas reading K and V have completed: their buffers stage dK, dV.
         k_smem[...] = dk.astype(dtype)
         v_smem[...] = dv.astype(dtype)
@@ -415,9 +448,9 @@ def make_dkv(problem: Problem, config: BackwardConfig, plan: DkvPlan, interpret:
     call = plgpu.kernel(
         body, out_type=out_type, grid=(problem.heads_kv, problem.seq_kv // bkv),
         grid_names=("heads", "kv_blocks"),
-        scratch_types=dkv_scratch(problem, config, has_tiles), interpret=interpret)
-    tables, tiles = _tables(plan, ("head_offset", "q_block", "kind", "mask_block", "count"),
-                            (bkv, bq), dtype)
+        scratch_types=dkv_scratch(problem, config, plan.mask_function is None),
+        interpret=interpret)
+    tables, tiles = dkv_tables(plan, config, dtype)
 
     def dkv(q, q_t, k, v, do, do_t, lse2, delta, q_seg=None, kv_seg=None):
         check_arguments(problem, {"q": q, "q_t": q_t, "k": k, "v": v, "do": do, "do_t": do_t,

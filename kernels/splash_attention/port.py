@@ -9,7 +9,9 @@ Two forward variants share one kernel source (``mgpu_forward``):
 
 ``mgpu_bwd`` is the backward: ``jax.vjp`` through the port (``mgpu_autodiff``), i.e. the
 forward kernel with logsumexp, then the dQ and dK/dV kernels (``mgpu_backward``),
-returning dq, dk, dv for the cotangent ``do``; ``mgpu_sm100a_bwd`` is the same through
+returning dq, dk, dv for the cotangent ``do``; ``mgpu_bwd_fused`` the same with one
+kernel for all three (``mgpu_backward_fused``: dK/dV-stationary, dQ by a partitioned
+reduction); ``mgpu_sm100a_bwd`` is the same through
 the Blackwell kernels (``mgpu_forward_sm100``, ``mgpu_backward_sm100``).
 
 ``mgpu_sm100a`` and ``mgpu_sm100a_mask_tiles`` are the same two forward forms for
@@ -35,6 +37,7 @@ from kernels.splash_attention import (
     masks,
     mgpu_autodiff,
     mgpu_backward,
+    mgpu_backward_fused,
     mgpu_backward_sm100,
     mgpu_forward,
     mgpu_forward_sm100,
@@ -43,10 +46,12 @@ from kernels.splash_attention import (
 
 FORWARD_VARIANTS = ("mgpu", "mgpu_mask_tiles")  # Hopper; their tiles are tunable
 BACKWARD_VARIANTS = ("mgpu_bwd",)  # Hopper; tunable
+FUSED_BACKWARD = ("mgpu_bwd_fused",)  # Hopper: dQ, dK, dV in one kernel
 BLACKWELL_FORWARD = ("mgpu_sm100a", "mgpu_sm100a_mask_tiles")
 BLACKWELL_BACKWARD = ("mgpu_sm100a_bwd",)
 BLACKWELL_VARIANTS = (*BLACKWELL_FORWARD, *BLACKWELL_BACKWARD)
-GRADIENT_VARIANTS = (*BACKWARD_VARIANTS, *BLACKWELL_BACKWARD)  # they return dq, dk, dv
+# They return dq, dk, dv.
+GRADIENT_VARIANTS = (*BACKWARD_VARIANTS, *FUSED_BACKWARD, *BLACKWELL_BACKWARD)
 VARIANTS = (*FORWARD_VARIANTS, *BLACKWELL_FORWARD, *GRADIENT_VARIANTS)
 # Partial blocks from MaskInfo's tiles, not from the mask function on iota.
 MASK_TILE_VARIANTS = ("mgpu_mask_tiles", "mgpu_sm100a_mask_tiles")
@@ -103,6 +108,26 @@ def backward_tuning(params: dict[str, Any]) -> mgpu_backward.BackwardConfig:
                 <= mgpu_forward.SMEM_LIMIT_BYTES:
             return config
     return candidates[-1]  # over budget even so: build() fails naming it
+
+
+SM_COUNT = 132  # an H100's or H200's SMs: the fused backward's CTAs fill them
+
+
+def fused_backward_tuning(params: dict[str, Any]) -> mgpu_backward_fused.FusedBackwardConfig:
+    """The fused backward's tiles, as ``backward_tuning`` chooses them for its budget
+    (``params["bwd_tiles"]`` when given), and the dQ reduction's partitions: enough
+    CTAs per kv head to fill ``SM_COUNT`` SMs, at most one per kv block."""
+    given = params.get("bwd_tiles")
+    candidates = ([mgpu_backward.BackwardConfig(**given)] if given else
+                  [mgpu_backward.BackwardConfig(64, 64, stages) for stages in (2, 1)])
+    kv_blocks = params["seq_len"] // candidates[0].block_kv
+    parts = max(1, min(kv_blocks, SM_COUNT // params["heads_kv"]))
+    configs = [mgpu_backward_fused.FusedBackwardConfig(c, parts) for c in candidates]
+    for config in configs:
+        if (mgpu_backward_fused.smem_bytes(problem(params), config, has_tiles=False)
+                <= mgpu_forward.SMEM_LIMIT_BYTES):
+            return config
+    return configs[-1]  # over budget even so: build() fails naming it
 
 
 def blackwell_backward_tuning(params: dict[str, Any]) -> mgpu_backward_sm100.BackwardConfig:
@@ -234,12 +259,27 @@ def _blackwell_backward(params: dict[str, Any]):
         block_plan.plan_dkv(mask, config.block, mgpu_backward_sm100.TILE, params["heads_kv"]))
 
 
+def _fused_backward(params: dict[str, Any], interpret=None):
+    """The Hopper backward in one kernel (``mgpu_backward_fused.make``)."""
+    config = fused_backward_tuning(params)
+    tiles = config.tiles
+    return mgpu_backward_fused.make(
+        problem(params, return_lse=True), config,
+        block_plan.plan_dkv(_mask(params), tiles.block_q, tiles.block_kv, params["heads_kv"]),
+        interpret=interpret)
+
+
 def make_backward(variant: str, params: dict[str, Any], interpret=None):
     """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the port (Hopper's
     kernels, or Blackwell's forward with logsumexp and backward)."""
     mask = _mask(params)
     seg = segment_ids(params)
-    if variant in BLACKWELL_BACKWARD:
+    if variant in FUSED_BACKWARD:
+        forward = mgpu_forward.make(problem(params, return_lse=True), tuning(params),
+                                    plan("mgpu", params), interpret=interpret)
+        segments = () if seg is None else (seg.q, seg.kv)
+        attend = mgpu_autodiff.joined(forward, _fused_backward(params, interpret), segments)
+    elif variant in BLACKWELL_BACKWARD:
         _refuse_interpreter(variant, interpret)
         forward = mgpu_forward_sm100.make(problem(params, return_lse=True),
                                           blackwell_tuning(params), plan("mgpu_sm100a", params))
@@ -304,6 +344,41 @@ def build_backward(params: dict[str, Any]) -> dict[str, Any]:
                       mgpu_forward.SMEM_LIMIT_BYTES, "tuning": tuning_facts,
                       "mask_source": "upstream mask function on iota"}}
             for name, launch in zip(("dq", "dkv"), lowered["launches"], strict=True)],
+        "block_census": dq_plan.census(),
+        "block_table_heads": dq_plan.mask_heads,
+    }
+
+
+def build_fused_backward(params: dict[str, Any]) -> dict[str, Any]:
+    """Lower the fused backward for sm_90a: its launch, shared memory, and the bytes of
+    its dQ reduction's f32 partitions; where no tile choice fits the budget (head dim
+    256), nothing, and why (a row given in ``bwd_tiles`` that does not fit fails)."""
+    config = fused_backward_tuning(params)
+    the_problem = problem(params)
+    asked = mgpu_backward_fused.smem_bytes(the_problem, config, has_tiles=False)
+    over = (f"{asked:,} bytes of shared memory exceed the "
+            f"{mgpu_forward.SMEM_LIMIT_BYTES:,}-byte limit ({config})")
+    if asked > mgpu_forward.SMEM_LIMIT_BYTES and not params.get("bwd_tiles"):
+        return {"artifacts": [], "out_of_scope": (
+            f"no tile choice fits at head dim {params['head_dim']}: {over}; the two-kernel "
+            "backward (mgpu_bwd) covers it")}
+    if asked > mgpu_forward.SMEM_LIMIT_BYTES:
+        raise ValueError(f"mgpu_bwd_fused at {params}: {over}")
+    lowered = _lower_backward(_fused_backward(params), params)
+    (launch,) = lowered["launches"]
+    tiles = config.tiles
+    dq_plan = plan("mgpu", params)
+    return {
+        "artifacts": [{
+            "target": "cuda sm_90a",
+            "kind": "Pallas Mosaic GPU fused dq+dk+dv kernel (lowered on CPU, not run)",
+            "seconds": lowered["seconds"],
+            "facts": {**launch, "kernel": "dq+dk+dv",
+                      "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
+                      "tuning": {"block_q": tiles.block_q, "block_kv": tiles.block_kv,
+                                 "stages": tiles.stages, "dq_partitions": config.partitions},
+                      "dq_partial_bytes": mgpu_backward_fused.partial_bytes(the_problem, config),
+                      "mask_source": "upstream mask function on iota"}}],
         "block_census": dq_plan.census(),
         "block_table_heads": dq_plan.mask_heads,
     }
@@ -379,6 +454,8 @@ def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
         return build_blackwell_backward(params)
     if variant in BACKWARD_VARIANTS:
         return build_backward(params)
+    if variant in FUSED_BACKWARD:
+        return build_fused_backward(params)
     if variant in BLACKWELL_FORWARD:
         return build_blackwell(variant, params)
     return _hopper_build(variant, make(variant, params), tuning(params), plan(variant, params),
