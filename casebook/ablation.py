@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, provenance, records, stage, timing, verify
+from casebook import config, provenance, records, speed_of_light, stage, timing, verify
 from casebook.errors import CasebookError
 from casebook.measure import table
 from kernels import contract
@@ -117,4 +117,7 @@ def _timed(job: stage.PointJob, runnable: contract.Runnable, settings: dict[str,
             **timing.measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng),
                              settings, timing.cache_for(runnable, settings,
                                                         job.spec["measurement"]["cache"]),
-                             seed, samples_path, timing.host_floor(floor_path))}
+                             seed, samples_path, timing.host_floor(floor_path),
+                             speed_of_light.for_target(job.plugin, job.tuned,
+                                                       job.plugin.outputs(job.variant),
+                                                       job.target))}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import config
+from casebook import cases, config, speed_of_light
 from casebook.evidence import Evidence, subject
 from casebook.fmt import bytes_, seconds
 from casebook.measure import stats
@@ -239,7 +239,54 @@ def measurement(ev: Evidence) -> list[str]:
                                  for guard, g in first["measurement"]["guards"].items()))
     for (variant, point), record in ev.time.items():
         lines.append(f"{variant} @ {point}: {_measured_or_why(record)}")
+    lines += light_lines(ev)
     lines.append(floor_text(ev))
+    return lines
+
+
+def _bound_text(found: dict[str, Any]) -> str:
+    return (f"{seconds(found['bound_s'])} on {found['gpu_name']} ({found['limited_by']}-bound: "
+            f"{found['flops']:,} FLOP at {found['peak_flops']:.3g} {found['math']} FLOP/s, "
+            f"{found['bytes']:,} B at {found['memory_bytes_per_s']:.3g} B/s; "
+            f"{found['basis']})")
+
+
+def light_lines(ev: Evidence) -> list[str]:
+    """The speed-of-light bound beside each GPU measurement and the fraction of it the
+    median reaches; on a CPU target, each point's bound on every GPU of
+    ``configs/peaks.yaml``, never measured. None for a case that states no work."""
+    plugin = cases.load(ev.case)
+    if not hasattr(plugin, "work"):
+        return []
+    params = {p["name"]: p["params"] for p in ev.spec["points"]}
+    if ev.target != "cpu":
+        lines = []
+        for kind, found in (("time", ev.time), ("baseline", ev.baselines)):
+            for (name, point), r in found.items():
+                bound = r.get("speed_of_light")
+                if bound is None and r["timed"]:  # a record made before bounds were kept
+                    outputs = (plugin.outputs(name) if kind == "time"
+                               else plugin.baseline_outputs(name))
+                    bound = speed_of_light.bound(plugin.work(params[point], outputs),
+                                                 ev.target)
+                if bound is None:
+                    continue
+                reach = ("the median fell below it: refused as impossible" if not r["timed"]
+                         else f"the median reaches "
+                         f"{bound['bound_s'] / r['measurement']['median_s']:.1%} of it")
+                lines.append(f"Speed of light, {name} @ {point}: {_bound_text(bound)}; {reach}")
+        return lines
+    computed = {tuple(plugin.outputs(v)) for v in ev.variants}
+    lines = []
+    for point in ev.points:
+        for outputs in sorted(computed):
+            work = plugin.work(params[point], outputs)
+            bounds = [speed_of_light.bound(work, gpu) for gpu in speed_of_light.peaks()]
+            lines.append(
+                f"Speed of light @ {point} ({', '.join(outputs)}), not measured on GPU: "
+                + ", ".join(f"{b['gpu'].upper()} {seconds(b['bound_s'])} ({b['limited_by']}"
+                            f"-bound, {b['math']})" for b in bounds)
+                + f" — {work['flops']:,} FLOP, {work['bytes']:,} B: {work['basis']}")
     return lines
 
 

@@ -53,6 +53,7 @@ KERNELS_DIR = SOURCE_ROOT / "kernels"
 TEMPLATE_DIR = SOURCE_ROOT / "site" / "templates"
 STATIC_DIR = SOURCE_ROOT / "site" / "static"
 LIBRARY_DIR = SOURCE_ROOT / "casebook"
+PEAKS = SOURCE_ROOT / "configs" / "peaks.yaml"  # each target GPU's peaks: the speed of light
 # The modules whose docstrings the methods page quotes (``methods.QUOTED``): its inputs.
 METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
     "verify.py", "measure/clocks.py", "measure/engine.py", "measure/pinning.py",

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, evidence, paths, records, stage, verify
+from casebook import config, evidence, paths, records, speed_of_light, stage, verify
 from casebook.errors import CasebookError
 from casebook.measure import engine, guards, noise, pinning, stats, table
 from kernels import contract
@@ -59,9 +59,12 @@ def host_floor(floor_path: str) -> float:
 
 
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
-             seed: int, samples_path: str, floor: float | None) -> dict[str, Any]:
+             seed: int, samples_path: str, floor: float | None,
+             bound: dict[str, Any] | None = None) -> dict[str, Any]:
     """The engine's measurement and its samples table, or why none could be made;
-    ``floor``: the host's noise floor the interval is widened to (None: not widened)."""
+    ``floor``: the host's noise floor the interval is widened to (None: not widened);
+    ``bound``: the speed of light on this GPU (``speed_of_light``), below which a median
+    is refused as impossible (its samples kept), and beside which it is recorded."""
     settings = settings_for(runnable, measurement)
     try:
         result = engine.measure(engine.Workload(runnable, make_inputs), settings, cache_mode,
@@ -70,8 +73,15 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
         table.write(samples_path, [])
         return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {error}"}
     table.write(samples_path, result.rows)
-    return {"timed": True, "measurement": {
-        **result.summary(settings.confidence, floor), "samples_file": samples_path}}
+    summary = {**result.summary(settings.confidence, floor), "samples_file": samples_path}
+    if bound is None:
+        return {"timed": True, "measurement": summary}
+    why = speed_of_light.refusal(summary["median_s"], bound)
+    if why:
+        return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {why}",
+                "speed_of_light": bound}
+    return {"timed": True, "measurement": summary, "speed_of_light": {
+        **bound, "fraction": speed_of_light.fraction(summary["median_s"], bound)}}
 
 
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
@@ -96,7 +106,8 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
         **body, "seed": seed, "execution": runnable.execution, "shared_host": shared_host,
         **measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng), settings,
                   cache_for(runnable, settings, job.spec["measurement"]["cache"]), seed,
-                  samples_path, host_floor(floor_path))})
+                  samples_path, host_floor(floor_path), speed_of_light.for_target(
+                      job.plugin, job.tuned, job.plugin.outputs(variant), target))})
 
 
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
@@ -128,7 +139,8 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
     return records.write(out, "baseline", {
         **body, **measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
                            spec["measurement"]["cache"], seed, samples_path,
-                           host_floor(floor_path))})
+                           host_floor(floor_path), speed_of_light.for_target(
+                               plugin, params, plugin.baseline_outputs(baseline), target))})
 
 
 def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:

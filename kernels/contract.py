@@ -40,7 +40,11 @@ kernels writes to memory for the next to read (a config's ``contrasts`` draw the
 ``ablates(name) -> variant`` (ValueError for a name it does not have) and
 ``ablation_refusal(name, params) -> str | None``, a case's ablations: a variant with one
 part switched off, which ``build`` and ``kernel`` then accept by name (a config's
-``ablations`` lower and time them), and why one changes nothing at ``params``.
+``ablations`` lower and time them), and why one changes nothing at ``params``;
+``work(params, outputs) -> {flops, bytes, math, basis}``, the least work of computing
+``outputs`` at ``params`` (tensor FLOPs, bytes that must cross memory once, the lowest
+precision ``fp4``/``fp8``/``bf16`` whose tensor cores could compute it exactly): the
+speed-of-light bound every measured time is held to.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import numpy as np
 
 SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
 OPTIONAL = ("races_found", "reset", "compare", "tile_candidates", "intermediates",
-            "ablates", "ablation_refusal")
+            "ablates", "ablation_refusal", "work")
 
 
 class NotRunnable(Exception):

@@ -147,3 +147,17 @@ def reference_file() -> str:
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"unknown {CASE} variant {variant!r}; known: {VARIANTS}")
+
+
+def work(params: dict[str, Any], computed: tuple[str, ...]) -> dict[str, Any]:
+    """The least work of D = alpha·A·scale(B) + beta·C (``casebook.speed_of_light``):
+    2·ΣM·N·K FLOPs in bf16 (e5m2 B converts to bf16 exactly; no faster tensor core takes
+    bf16 A), A, B, its scales and (beta nonzero) C read once, D (f16) written once."""
+    problem = problems.from_params(params)
+    rows = sum(problem.m)
+    moved = (rows * problem.k * 2 + problem.groups * problem.n * problem.k
+             + problem.groups * problem.scale_k * problem.n * 2
+             + (rows * problem.n * 2 if problem.beta else 0) + rows * problem.n * 2)
+    return {"flops": 2 * rows * problem.n * problem.k, "bytes": moved, "math": "bf16",
+            "basis": f"one grouped GEMM of {rows:,} rows, N {problem.n}, K {problem.k} in "
+                     f"{problem.groups} groups; inputs read and D written once"}

@@ -98,6 +98,46 @@ def _configured(name: str, params: dict[str, Any]) -> port.Variant:
     return port.with_tiles(_variant(name), params.get("tiles"))
 
 
+WHOLE_PATH = ("out_fused", "out_unfused", baselines.OUTPUT)  # hidden -> out, every stage
+
+
+def work(params: dict[str, Any], computed: tuple[str, ...]) -> dict[str, Any]:
+    """The least work of computing ``computed`` at ``params`` (``casebook.speed_of_light``)
+    over the fewest rows a draw can have (``inputs.masked_m``: 0.7 · expected_m per
+    expert, or one row in all but one expert): GEMM1 (2·rows·2N·K) and GEMM2 (2·rows·K·N)
+    where the outputs need them, in NVFP4 (half a byte per value and a scale byte per 16),
+    each input read and each output written once, the weights of experts with rows."""
+    e, m, k, n = inputs.sizes(params)
+    if "expected_m" in params:
+        experts = e
+        rows = e * min(m, round(0.7 * params["expected_m"]))
+    else:
+        experts = max(e - 1, 1)
+        rows = experts
+    computed = set(computed)
+    whole = bool(computed & set(WHOLE_PATH))
+    gemm1 = whole or bool(computed & {"h", "a2"})
+    gemm2 = whole or "out" in computed
+
+    def nvfp4(count: int) -> int:
+        return count // 2 + count // 16
+
+    read = rows * k * 2 if whole or "a1" in computed else 0  # hidden, bf16
+    read += nvfp4(rows * k) if gemm1 and not read else 0  # a1, given
+    read += nvfp4(rows * n) if gemm2 and not gemm1 else 0  # a2, given
+    read += (experts * nvfp4(2 * n * k) if gemm1 else 0) + (experts * nvfp4(k * n)
+                                                           if gemm2 else 0)
+    written = {"a1": nvfp4(rows * k), "h": rows * 2 * n * 2, "a2": nvfp4(rows * n),
+               **dict.fromkeys(("out", *WHOLE_PATH), rows * k * 2)}
+    flops = (2 * rows * 2 * n * k if gemm1 else 0) + (2 * rows * k * n if gemm2 else 0)
+    return {"flops": flops, "bytes": read + sum(written[o] for o in computed),
+            "math": "fp4",
+            "basis": f"{', '.join(sorted(computed))} over at least {rows:,} rows "
+                     f"({experts} experts with rows): "
+                     + (" and ".join(g for g, on in (("GEMM1", gemm1), ("GEMM2", gemm2)) if on)
+                        or "no matmul") + "; inputs read and outputs written once"}
+
+
 def ablates(name: str) -> str:
     """The variant ablation ``name`` switches a part of off (``ablations``)."""
     return ablations.find(name).of

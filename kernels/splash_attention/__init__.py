@@ -207,6 +207,25 @@ def _check_variant(variant: str) -> None:
         raise ValueError(f"unknown splash_attention variant {variant!r}; known: {VARIANTS}")
 
 
+def work(params: dict[str, Any], computed: tuple[str, ...]) -> dict[str, Any]:
+    """The least work of computing ``computed`` at ``params`` (``casebook.speed_of_light``):
+    the attention's matmuls over the visible (query, key) pairs only — 2 for ``out``
+    (Q·Kᵀ, P·V), 6 for the gradients (those 2, dP, dV, dK, dQ; P kept from the forward)
+    — and each input read and each output written once."""
+    heads_q, heads_kv, s, d = (params[k] for k in ("heads_q", "heads_kv", "seq_len",
+                                                   "head_dim"))
+    size = 4 if params["dtype"] == "float32" else 2
+    pairs = heads_q * masks.visible_count(params)
+    backward = set(computed) & set(GRADIENTS)
+    matmuls = 6 if backward else 2
+    q_side, kv_side = heads_q * s * d * size, heads_kv * s * d * size
+    moved = (2 * q_side + 4 * kv_side + q_side if backward  # q, do, k, v; dq, dk, dv
+             else 2 * q_side + 2 * kv_side)  # q, k, v; out
+    return {"flops": 2 * matmuls * pairs * d, "bytes": moved, "math": "bf16",
+            "basis": f"{matmuls} matmuls over {pairs:,} visible (query, key) pairs at head "
+                     f"dim {d}; inputs read and outputs written once"}
+
+
 def ablates(name: str) -> str:
     """The variant ablation ``name`` switches a part of off (``ablations``)."""
     return ablations.find(name).of

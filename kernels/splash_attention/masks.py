@@ -32,3 +32,21 @@ def visible(params: dict[str, Any]) -> np.ndarray:
     ids = segment_ids(params)
     mask = dense_mask(params)
     return mask if ids is None else mask & (ids[:, None] == ids[None, :])
+
+
+def visible_count(params: dict[str, Any]) -> int:
+    """The number of True entries of ``visible(params)``, row by row without the [S, S]
+    array: each row sees one contiguous range of keys (mask and segment intersected)."""
+    n = params["seq_len"]
+    q = np.arange(n)
+    if params["mask"]["kind"] == "causal":
+        low, high = np.zeros(n, np.int64), q
+    else:
+        left, right = params["mask"]["window"]
+        low, high = np.maximum(q - left, 0), np.minimum(q + right, n - 1)
+    ids = segment_ids(params)
+    if ids is not None:
+        starts = np.searchsorted(ids, ids, side="left")
+        ends = np.searchsorted(ids, ids, side="right") - 1
+        low, high = np.maximum(low, starts), np.minimum(high, ends)
+    return int(np.maximum(high - low + 1, 0).sum())

@@ -4,6 +4,7 @@
 rule baseline:
     input:
         case_inputs,
+        paths.source(paths.PEAKS),  # the speed-of-light bound's peaks
         # Every interval is at least the host's floor wide: where a rerun lands.
         floor=paths.noise_floor_record("{target}"),
     output:

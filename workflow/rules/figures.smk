@@ -6,6 +6,7 @@ checkpoint figures:
     input:
         case_file,
         figure_inputs,
+        paths.source(paths.PEAKS),  # the speed-of-light bound's peaks
     output:
         paths.figure_manifest("{case}", "{shown_target}"),
     params:

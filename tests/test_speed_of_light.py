@@ -1,0 +1,117 @@
+"""The speed-of-light bound: each case's least work at a point, the target GPUs' peaks
+(configs/peaks.yaml), and a measured median below the bound refused as impossible."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+import kernels.grouped_gemm_fp8_bf16 as grouped
+import kernels.moe_nvfp4 as moe
+import kernels.splash_attention as splash
+from casebook import conditions, config, records, speed_of_light, timing
+from casebook.errors import CasebookError
+from kernels import contract
+from kernels.contract import Runnable
+from kernels.splash_attention import masks
+
+WORK_S = 0.003
+
+
+def test_the_peaks_table_has_every_target_gpu_with_its_source():
+    peaks = speed_of_light.peaks()
+    schema = yaml.safe_load(records.paths.RECORD_SCHEMA.read_text())
+    assert set(peaks) == set(schema["$defs"]["target"]["enum"]) - {"cpu"}
+    for entry in peaks.values():
+        assert "datasheet" in entry["source"]
+    assert peaks["h100"]["tensor_flops"]["fp4"] is None  # Hopper: no FP4 tensor core
+    assert peaks["b200"]["tensor_flops"]["fp4"] == 2 * peaks["b200"]["tensor_flops"]["fp8"]
+
+
+def test_the_bound_is_the_slower_of_compute_and_memory_on_the_fastest_usable_math():
+    work = {"flops": 4 * 10**15, "bytes": 10**9, "math": "fp4", "basis": "b"}
+    h100 = speed_of_light.bound(work, "h100")  # no fp4: fp8's rate
+    assert h100["math"] == "fp8" and h100["limited_by"] == "compute"
+    assert h100["bound_s"] == pytest.approx(4e15 / 1.979e15)
+    b200 = speed_of_light.bound({**work, "flops": 10**9, "bytes": 8 * 10**12}, "b200")
+    assert b200["limited_by"] == "memory" and b200["bound_s"] == pytest.approx(1.0)
+    with pytest.raises(CasebookError, match="no peaks for 'a100'"):
+        speed_of_light.bound(work, "a100")
+    with pytest.raises(ValueError, match="math 'int4'"):
+        speed_of_light.bound({**work, "math": "int4"}, "h100")
+
+
+@pytest.mark.parametrize("mask", [{"kind": "causal"}, {"kind": "local", "window": [50, 7]},
+                                  {"kind": "local", "window": [0, 300]}])
+@pytest.mark.parametrize("segments", [None, 1, 3, 7])
+def test_splash_counts_exactly_the_visible_pairs(mask, segments):
+    params = {"seq_len": 384, "mask": mask, **({"segments": segments} if segments else {})}
+    assert masks.visible_count(params) == int(masks.visible(params).sum())
+
+
+def test_each_case_states_the_least_work_of_what_it_computes():
+    attention = {"heads_q": 4, "heads_kv": 2, "seq_len": 256, "head_dim": 64,
+                 "mask": {"kind": "causal"}, "dtype": "bfloat16"}
+    forward = splash.work(attention, ("out",))
+    backward = splash.work(attention, ("dq", "dk", "dv"))
+    pairs = 4 * 256 * 257 // 2
+    assert forward["flops"] == 2 * 2 * pairs * 64 and backward["flops"] == 3 * forward["flops"]
+    assert forward["bytes"] == (2 * 4 + 2 * 2) * 256 * 64 * 2  # q, out; k, v
+    path = {"experts": 2, "m": 128, "hidden": 256, "inter": 512, "expected_m": 100,
+            "dtype": "nvfp4"}
+    rows = 2 * 70
+    whole = moe.work(path, ("a1", "a2", "out_fused"))
+    assert whole["flops"] == 2 * rows * 1024 * 256 + 2 * rows * 256 * 512
+    assert whole["math"] == "fp4"
+    assert moe.work(path, ("a1",))["flops"] == 0
+    assert moe.work(path, ("h",))["flops"] == 2 * rows * 1024 * 256
+    gemm = {"m": [16, 48], "n": 256, "k": 512, "chunk": 128, "mode": "scale_only",
+            "alpha": 1.0, "beta": 0.0, "dtype": "e5m2_bf16"}
+    assert grouped.work(gemm, ("out",))["flops"] == 2 * 64 * 256 * 512
+
+
+def _host_runnable(sleep_s: float) -> Runnable:
+    def call(x):
+        time.sleep(sleep_s)
+        return x * 2
+
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=np.asarray, execution=contract.execution("host"))
+
+
+def _measure(tmp_path, bound_s: float) -> tuple[dict, str]:
+    bound = {**speed_of_light.bound({"flops": 1, "bytes": 1, "math": "bf16", "basis": "b"},
+                                    "h200"), "bound_s": bound_s}
+    samples = str(tmp_path / "s.csv")
+    found = timing.measure(_host_runnable(WORK_S), lambda rng: {"x": rng.standard_normal(8)},
+                           {"criterion": "fixed_count", "count": 8, "warmup_calls": 1,
+                            "repeats": 1}, "hot", 1, samples, None, bound)
+    return found, samples
+
+
+def test_a_time_faster_than_physics_is_refused_and_an_honest_one_carries_its_fraction(
+        tmp_path):
+    fooled, samples = _measure(tmp_path, bound_s=1.0)  # 3 ms "beats" a 1 s bound
+    assert not fooled["timed"]
+    assert fooled["not_timed_reason"].startswith(f"{records.REFUSED}: impossible: median")
+    assert "below the speed-of-light bound" in fooled["not_timed_reason"]
+    assert len(Path(samples).read_text().splitlines()) > 1  # the samples are kept
+    honest, _ = _measure(tmp_path, bound_s=WORK_S / 10)
+    assert honest["timed"] and 0 < honest["speed_of_light"]["fraction"] <= 0.11
+
+
+def test_a_cpu_page_states_each_points_bound_on_every_gpu_never_measured():
+    spec = config.load_case("configs/cases", "grouped_gemm_fp8_bf16")
+    ev = SimpleNamespace(case=spec["name"], target="cpu", spec=spec,
+                         variants=[v["name"] for v in spec["variants"]],
+                         points=[p["name"] for p in spec["points"]])
+    lines = conditions.light_lines(ev)
+    assert len(lines) == len(spec["points"])
+    assert all("not measured on GPU: H100" in line and "B200" in line for line in lines)
+    assert speed_of_light.for_target(grouped, spec["points"][0]["params"], ("out",),
+                                     "cpu") is None
