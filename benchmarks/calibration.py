@@ -10,7 +10,7 @@ the speedup the median of the per-round ratios, against the paired floor.
 bootstrap ratio of medians against the floor of separate measurements. Results go to
 ``calibration_<design>.json``.
 
-    .venv/bin/python -m benchmarks.calibration [--design paired] [--aa 200] [--ab 100]
+    .venv/bin/python -m benchmarks.calibration [--design paired] [--aa 1000] [--ab 100]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Design:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--design", choices=("paired", "separate"), default="paired")
-    parser.add_argument("--aa", type=int, default=200, help="A/A trials")
+    parser.add_argument("--aa", type=int, default=1000, help="A/A trials")
     parser.add_argument("--ab", type=int, default=100, help="A/B trials per effect size")
     parser.add_argument("--rounds", type=int, default=20, help="A/A rounds for the floor")
     args = parser.parse_args()
@@ -79,8 +79,11 @@ def main() -> None:
     aa = {v: 0 for v in (stats.FASTER, stats.SLOWER, stats.SAME, stats.AMBIGUOUS)}
     for t in range(args.aa):
         aa[design.verdict(base, base, 2 * t, bool(t % 2), floor)] += 1
-    false_share = (aa[stats.FASTER] + aa[stats.SLOWER]) / args.aa
-    print(f"A/A: {aa}, false FASTER/SLOWER {false_share:.1%}")
+    false = aa[stats.FASTER] + aa[stats.SLOWER]
+    false_share = false / args.aa
+    low, high = stats.share_interval(false, args.aa, 0.95)
+    print(f"A/A: {aa}, false FASTER/SLOWER {false_share:.1%} (95% interval "
+          f"{low:.2%}–{high:.2%})")
     detection = {}
     for effect, reps in ((0.05, 21), (0.10, 22)):
         slower = repeated_matmul(reps)

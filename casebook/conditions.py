@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, speed_of_light
+from casebook import cases, config, paths, speed_of_light
 from casebook.evidence import Evidence, subject
 from casebook.fmt import bytes_, seconds
 from casebook.measure import stats
@@ -255,6 +255,8 @@ def light_lines(ev: Evidence) -> list[str]:
     """The speed-of-light bound beside each GPU measurement and the fraction of it the
     median reaches; on a CPU target, each point's bound on every GPU of
     ``configs/peaks.yaml``, never measured. None for a case that states no work."""
+    if not (paths.kernel_dir(ev.case) / "__init__.py").exists():
+        return []  # no plug-in to state the work (records of a case not shipped here)
     plugin = cases.load(ev.case)
     if not hasattr(plugin, "work"):
         return []

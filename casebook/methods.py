@@ -13,14 +13,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from casebook import conditions, config, paths, records, verify
+from casebook import conditions, config, paths, records, speed_of_light, verify
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence
 from casebook.measure import clocks, engine, pinning, stats, stopping
 
 # Every module whose docstrings this page quotes; the methods rule declares their files
 # (``paths.METHODS_QUOTES``), so editing a rule's docstring re-renders the page.
-QUOTED = (verify, clocks, engine, pinning, stats, stopping)
+QUOTED = (verify, clocks, engine, pinning, stats, stopping, speed_of_light)
 
 
 def doc(function: Any) -> str:
@@ -44,6 +44,7 @@ def measurement_rules() -> dict[str, str]:
                 stats.summarize, stats.median_interval, stats.rerun_interval,
                 stats.floor_interval)),
             "pinning": doc(pinning),
+            "speed_of_light": doc(speed_of_light) + "\n\n" + speed_of_light.peaks_text(),
             "comparison": "\n\n".join(f"{f.__name__}: {doc(f)}" for f in (
                 engine.measure_interleaved, stats.paired_ratio, stats.compare_paired,
                 stats.verdict))}
@@ -126,9 +127,10 @@ def _calibration_rows(data: dict[str, Any], design: str) -> list[dict[str, Any]]
     verdicts = data["aa_verdicts"]
     false = verdicts["FASTER"] + verdicts["SLOWER"]
     targets = data["targets"]
+    low, high = stats.share_interval(false, data["aa_trials"], 0.95)
     rows = [{"check": f"A/A trials, {design} design: false verdicts",
-             "result": f"{false} of {data['aa_trials']} ({data['aa_false_share']:.1%}); "
-                       f"floor ±{data['noise_floor']:.2%}",
+             "result": f"{false} of {data['aa_trials']} ({data['aa_false_share']:.1%}, 95% "
+                       f"interval {low:.1%}–{high:.1%}); floor ±{data['noise_floor']:.2%}",
              "target": f"≤ {targets['aa_false_share_max']:.0%}"}]
     rows += [{"check": f"a true {effect} difference, {design} design: found",
               "result": f"{ab['verdicts']['FASTER']} of {ab['trials']}",

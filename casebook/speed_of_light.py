@@ -41,6 +41,15 @@ def peaks() -> dict[str, Any]:
     return found
 
 
+def peaks_text() -> str:
+    """Every GPU's peaks and their source, one line each (the methods page states them)."""
+    return "Peaks (configs/peaks.yaml):\n" + "\n".join(
+        f"{gpu}: {e['name']}: dense " + ", ".join(
+            f"{p} {v:.3g} FLOP/s" for p, v in e["tensor_flops"].items() if v)
+        + f"; memory {e['memory_bytes_per_s']:.3g} B/s. Source: " + " ".join(e["source"].split())
+        for gpu, e in peaks().items())
+
+
 def bound(work: dict[str, Any], gpu: str) -> dict[str, Any]:
     """The bound of ``work`` ({flops, bytes, math, basis}) on ``gpu``, with its parts."""
     entry = peaks().get(gpu)

@@ -202,3 +202,13 @@ def test_no_floor_is_finer_than_one_step_of_its_clock():
     assert quantized["floor_set_by"] == "clock resolution"
     spread = noise.resolved(0.05, 32e-9, 3.168e-6)
     assert spread["noise_floor"] == 0.05 and spread["floor_set_by"] == "ratios"
+
+
+def test_a_share_has_an_exact_interval_that_never_excludes_what_it_saw():
+    low, high = stats.share_interval(0, 1000, 0.95)
+    assert low == 0.0 and 0.0036 < high < 0.0037  # 1 - 0.025 ** (1 / 1000)
+    low, high = stats.share_interval(5, 1000, 0.95)
+    assert low < 0.005 < high and high < stats.share_interval(5, 200, 0.95)[1]
+    assert stats.share_interval(1000, 1000, 0.95)[1] == 1.0
+    with pytest.raises(ValueError, match="not a share"):
+        stats.share_interval(3, 2, 0.95)

@@ -417,7 +417,10 @@ def test_the_methods_page_states_the_engines_calibration_and_rerun_coverage(
                         _benchmark_records(tmp_path, false_aa, found_5, inside))
     rows = {r["check"]: r for r in methods.protocol_checks()}
     aa = rows["A/A trials, paired design: false verdicts"]
-    assert aa["result"] == f"{false_aa} of 200 ({false_aa / 200:.1%}); floor ±1.23%"
+    low, high = stats.share_interval(false_aa, 200, 0.95)  # exact: 0 of 200 is not 0%
+    assert aa["result"] == (f"{false_aa} of 200 ({false_aa / 200:.1%}, 95% interval "
+                            f"{low:.1%}–{high:.1%}); floor ±1.23%")
+    assert high > false_aa / 200 >= low
     made = "benchmarks/results/calibration_paired.json (2026-12-04, c0ffeec0ffee"
     assert aa["benchmark record"] == made + ")"
     records = paths.PROTOCOL_CHECKS

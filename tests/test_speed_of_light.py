@@ -115,3 +115,13 @@ def test_a_cpu_page_states_each_points_bound_on_every_gpu_never_measured():
     assert all("not measured on GPU: H100" in line and "B200" in line for line in lines)
     assert speed_of_light.for_target(grouped, spec["points"][0]["params"], ("out",),
                                      "cpu") is None
+
+
+def test_the_methods_page_states_the_rule_and_every_peak_with_its_source():
+    from casebook import methods
+
+    rule = methods.measurement_rules()["speed_of_light"]
+    assert "max(FLOPs / tensor peak, bytes / bandwidth)" in rule
+    for gpu in ("h100", "h200", "b200"):
+        assert f"{gpu}: NVIDIA" in rule
+    assert rule.count("datasheet") == 3

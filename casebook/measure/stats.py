@@ -228,3 +228,15 @@ def compare_paired(candidate: Sequence[float], reference: Sequence[float], confi
     (``paired_ratio``); ``floor``: the host's paired A/A floor."""
     speedup, low, high = paired_ratio(reference, candidate, confidence)
     return Comparison(speedup, low, high, floor, verdict(low, high, floor or 0.0), "paired")
+
+
+def share_interval(count: int, trials: int, confidence: float) -> tuple[float, float]:
+    """The Clopper–Pearson interval of a share observed as ``count`` of ``trials``: exact
+    for a binomial count (never narrower than the truth allows), so a rate seen as 0 of
+    1,000 still states how high it may be."""
+    if not 0 <= count <= trials or trials < 1:
+        raise ValueError(f"{count} of {trials} is not a share")
+    alpha = 1 - confidence
+    low = stats.beta.ppf(alpha / 2, count, trials - count + 1) if count else 0.0
+    high = stats.beta.ppf(1 - alpha / 2, count + 1, trials - count) if count < trials else 1.0
+    return float(low), float(high)

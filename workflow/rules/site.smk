@@ -37,6 +37,7 @@ rule methods:
         ],
         # The code whose docstrings the page quotes: the rules as the code states them.
         [paths.source(p) for p in paths.METHODS_QUOTES],
+        paths.source(paths.PEAKS),  # the speed-of-light bound's peaks, quoted
         # The engine's benchmark records the page states (calibration, rerun coverage).
         [paths.source(p) for p in paths.PROTOCOL_CHECKS if p.exists()],
     output:
