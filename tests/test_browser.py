@@ -193,7 +193,9 @@ def test_every_figure_shows_its_six_conditions_beside_it(browser, root, pages):
                 assert section.locator("ul > li").first.is_visible(), \
                     f"{url}: condition {section.locator('h4').inner_text()} shows no line"
     visit.close()
-    assert figures == 6  # correctness, build (shared memory) and timing of cases 02 and 01
+    # correctness, build (shared memory), timing and where the time goes (ablations), of
+    # cases 02 and 01
+    assert figures == 8
 
 
 def test_every_internal_link_resolves(browser, root, pages):
