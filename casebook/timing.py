@@ -207,7 +207,8 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
                   out: str, samples_path: str) -> dict[str, Any]:
     """Stage: every comparable pair of the point, its variants and baselines measured
     interleaved in one measurement, each pair's speedup the median of its per-round
-    ratios, judged against the host's paired floor."""
+    ratios, judged against the host's paired floor; on a GPU, refused where a series'
+    median beats its speed-of-light bound (``speed_of_light``)."""
     case_dir, case, target, point = (compared.case_dir, compared.case, compared.target,
                                      compared.point)
     pairs = [dict(p) for p in compared.pairs]
@@ -219,16 +220,20 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
     if not measured:
         table.write_interleaved(samples_path, {})
         return records.write(out, "compare", {**body, "measured": False, "pairs": pairs})
-    plugin, workloads = job.plugin, {}
+    plugin, workloads, bounds = job.plugin, {}, {}
     for name in dict.fromkeys(p["variant"] for p in measured):
         tuned = stage.load(case_dir, case, target, point, name).tuned
         workloads[f"variant {name}"] = engine.Workload(
             plugin.kernel(name, tuned, "time", build_dir=job.build_dir),
             lambda rng, tuned=tuned: plugin.make_inputs(tuned, rng))
+        bounds[f"variant {name}"] = speed_of_light.for_target(
+            plugin, tuned, plugin.outputs(name), target)
     for name in dict.fromkeys(p["baseline"] for p in measured):
         workloads[f"baseline {name}"] = engine.Workload(
             plugin.baseline(name, job.params, build_dir=job.build_dir),
             lambda rng: plugin.make_inputs(job.params, rng))
+        bounds[f"baseline {name}"] = speed_of_light.for_target(
+            plugin, job.params, plugin.baseline_outputs(name), target)
     # A host stand-in is only compared with its own kind (``comparable``), so the first
     # workload's settings and cache state are every workload's.
     first = next(iter(workloads.values())).runnable
@@ -247,6 +252,14 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
             **body, "measured": False, "not_measured_reason": why,
             "pairs": [{**p, "why_not": p.get("why_not", why)} for p in pairs]})
     table.write_interleaved(samples_path, {name: m.rows for name, m in result.items()})
+    impossible = [f"{name}: {why}" for name, m in result.items() if bounds[name] and (
+        why := speed_of_light.refusal(m.summary(engine_settings.confidence)["median_s"],
+                                      bounds[name]))]
+    if impossible:  # faster than physics: refused, its samples kept
+        why = f"{records.REFUSED}: " + "; ".join(impossible)
+        return records.write(out, "compare", {
+            **body, "measured": False, "not_measured_reason": why, "samples_file": samples_path,
+            "pairs": [{**p, "why_not": p.get("why_not", why)} for p in pairs]})
     for p in measured:
         candidate = result[f"variant {p['variant']}"].kept_by_round
         reference = result[f"baseline {p['baseline']}"].kept_by_round

@@ -120,3 +120,25 @@ def test_a_floor_record_without_its_paired_floor_is_refused(point, tmp_path):
     with pytest.raises(CasebookError, match=r"floor\.json"):
         timing.compare_point(point, MEASUREMENT, floor, str(tmp_path / "c.json"),
                              str(tmp_path / "c.samples.csv"))
+
+
+def test_a_series_faster_than_its_speed_of_light_refuses_the_comparison(
+        point, tmp_path, monkeypatch):
+    """As on a GPU target: every series is held to its bound; one "faster than physics"
+    (a bound of an hour) refuses the whole comparison, its samples kept."""
+    from casebook import speed_of_light
+
+    def bound(plugin, params, outputs, target):
+        return {**speed_of_light.bound({"flops": 1, "bytes": 1, "math": "bf16",
+                                        "basis": "test"}, "h200"), "bound_s": 3600.0}
+
+    monkeypatch.setattr(speed_of_light, "for_target", bound)
+    floor = floor_record(tmp_path / "floor.json", paired=0.05)
+    out, samples = str(tmp_path / "compare.json"), str(tmp_path / "compare.samples.csv")
+    record = timing.compare_point(point, MEASUREMENT, floor, out, samples)
+    assert not record["measured"]
+    assert record["not_measured_reason"].startswith(f"{records.REFUSED}: variant mgpu: "
+                                                    "impossible: median")
+    assert "baseline dense_masked: impossible" in record["not_measured_reason"]
+    assert all(p["why_not"] for p in record["pairs"])
+    assert len(Path(samples).read_text().splitlines()) > 5  # the evidence is kept
