@@ -26,23 +26,16 @@ NOT_A_VERIFICATION = ("one fresh draw against the oracle, stated, not judged: an
                       "ablation computes a wrong result on purpose")
 
 
-def entry(spec: dict[str, Any], name: str, path: object) -> dict[str, Any]:
-    """The case config's entry of ablation ``name``."""
-    return config.find(spec.get("ablations", []), name, path, "ablations")
-
-
 def run(case_dir: str, case: str, ablation: str, point: str, target: str,
         settings: dict[str, Any], verify_path: str, floor_path: str, out: str,
         samples_path: str, shared_host: bool = False) -> dict[str, Any]:
     """Lower and time ablation ``ablation`` at ``point``; write its record to ``out``.
     A failed lowering is recorded, then fails the job naming the point."""
     spec = config.load_case(case_dir, case)
-    declared = entry(spec, ablation, config.case_path(case_dir, case))
+    declared = config.find(spec["ablations"], ablation, config.case_path(case_dir, case),
+                           "ablations")
     job = stage.load(case_dir, case, target, point, declared["of"])
-    checked = records.read(verify_path, "verify")
-    if job.tiles_from != checked.get("tile_table"):
-        raise CasebookError(verify_path, "tile_table", "verified with another tile table "
-                            "than the one in use now; rerun verify")
+    checked = timing.verified(job, verify_path)
     body: dict[str, Any] = {
         "target": target, "case": case, "ablation": ablation, "of": declared["of"],
         "switches_off": declared["switches_off"], "point": point, "params": job.params,

@@ -84,16 +84,23 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
         **bound, "fraction": speed_of_light.fraction(summary["median_s"], bound)}}
 
 
+def verified(job: stage.PointJob, verify_path: str) -> dict[str, Any]:
+    """The verify record of ``job``'s variant, refused where it was made with another
+    tile table than the one in use now."""
+    checked = records.read(verify_path, "verify")
+    if job.tiles_from != checked.get("tile_table"):
+        raise CasebookError(verify_path, "tile_table", "verified with another tile table "
+                            "than the one in use now; rerun verify")
+    return checked
+
+
 def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 settings: dict[str, Any], verify_path: str, floor_path: str, out: str,
                 samples_path: str, shared_host: bool = False) -> dict[str, Any]:
     """Time one verified variant at one point; ``shared_host``: the job had fewer cores
     than a measurement takes, other jobs ran beside it (the record says so)."""
     job = stage.load(case_dir, case, target, point, variant)
-    checked = records.read(verify_path, "verify")
-    if job.tiles_from != checked.get("tile_table"):
-        raise CasebookError(verify_path, "tile_table", "verified with another tile table "
-                            "than the one in use now; rerun verify")
+    checked = verified(job, verify_path)
     body: dict[str, Any] = {**job.stamp(), "verify_record": verify_path}
     if not checked["passed"]:
         table.write(samples_path, [])

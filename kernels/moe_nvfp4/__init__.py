@@ -93,9 +93,13 @@ def _configured(name: str, params: dict[str, Any]) -> port.Variant:
     """A variant's configuration at ``params`` (a point's tile row applied), or an
     ablation's, derived from its variant's (``ablations``)."""
     if name in ablations.ABLATIONS:
-        of = port.with_tiles(_variant(ablations.find(name).of), params.get("tiles"))
-        return ablations.configured(name, of)
+        return ablations.configured(name, _ablated(name, params))
     return port.with_tiles(_variant(name), params.get("tiles"))
+
+
+def _ablated(name: str, params: dict[str, Any]) -> port.Variant:
+    """The configuration at ``params`` of the variant ablation ``name`` ablates."""
+    return port.with_tiles(_variant(ablations.find(name).of), params.get("tiles"))
 
 
 WHOLE_PATH = ("out_fused", "out_unfused", baselines.OUTPUT)  # hidden -> out, every stage
@@ -122,8 +126,9 @@ def work(params: dict[str, Any], computed: tuple[str, ...]) -> dict[str, Any]:
     def nvfp4(count: int) -> int:
         return count // 2 + count // 16
 
-    read = rows * k * 2 if whole or "a1" in computed else 0  # hidden, bf16
-    read += nvfp4(rows * k) if gemm1 and not read else 0  # a1, given
+    quantized = whole or "a1" in computed  # the path starts from bf16 hidden states
+    read = rows * k * 2 if quantized else 0  # hidden, bf16
+    read += nvfp4(rows * k) if gemm1 and not quantized else 0  # a1, given
     read += nvfp4(rows * n) if gemm2 and not gemm1 else 0  # a2, given
     read += (experts * nvfp4(2 * n * k) if gemm1 else 0) + (experts * nvfp4(k * n)
                                                            if gemm2 else 0)
@@ -145,8 +150,7 @@ def ablates(name: str) -> str:
 
 def ablation_refusal(name: str, params: dict[str, Any]) -> str | None:
     """Why ablation ``name`` changes nothing at ``params`` (None: it applies)."""
-    ablation = ablations.find(name)
-    return ablation.refuse(port.with_tiles(_variant(ablation.of), params.get("tiles")))
+    return ablations.find(name).refuse(_ablated(name, params))
 
 
 def _baseline(name: str):

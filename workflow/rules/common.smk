@@ -93,20 +93,23 @@ def job_config(*names):
     return slice_of
 
 
+def ablated(wildcards):
+    """The variant the ablation switches a part of off (its config entry's ``of``)."""
+    return case_config.find(CASES[wildcards.case]["ablations"], wildcards.ablation,
+                            case_file(wildcards), "ablations")["of"]
+
+
 def ablated_verify(wildcards):
     """The verify record of the variant the ablation switches a part of off."""
-    of = case_config.find(CASES[wildcards.case]["ablations"], wildcards.ablation,
-                          case_file(wildcards), "ablations")["of"]
-    return paths.verify_record(wildcards.target, wildcards.case, of, wildcards.point)
+    return paths.verify_record(wildcards.target, wildcards.case, ablated(wildcards),
+                               wildcards.point)
 
 
 def ablation_config(wildcards):
     """A param: the ablation's slice of the case config (provenance.job_slice)."""
-    spec = CASES[wildcards.case]
-    of = case_config.find(spec["ablations"], wildcards.ablation, case_file(wildcards),
-                          "ablations")["of"]
-    return json.dumps(provenance.job_slice(spec, of, wildcards.point,
-                                           ablation=wildcards.ablation), sort_keys=True)
+    return json.dumps(provenance.job_slice(CASES[wildcards.case], ablated(wildcards),
+                                           wildcards.point, ablation=wildcards.ablation),
+                      sort_keys=True)
 
 
 def build_only_config(wildcards):
