@@ -90,9 +90,8 @@ def _timed(job: stage.PointJob, runnable: contract.Runnable, settings: dict[str,
     """The ablation's draw against the oracle and its measurement."""
     seed = verify.draw_seed()
     inputs = job.plugin.make_inputs(job.tuned, np.random.default_rng(seed))
-    drawn = verify.check_trial(runnable, job.tuned, inputs, job.plugin.oracle(job.tuned, inputs),
-                               verify.tolerance_of(job.spec, job.tuned, job.path),
-                               getattr(job.plugin, "compare", None))
+    drawn = verify.check_trial(runnable, job.plugin, job.tuned, inputs,
+                               verify.tolerance_of(job.spec, job.tuned, job.path))
     if "outputs" not in drawn:  # it raised: recorded, then the job fails naming it
         table.write(samples_path, [])
         return {"timed": False, "not_timed_reason": "it raised", "raised": drawn["error"]}

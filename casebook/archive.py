@@ -5,7 +5,9 @@ into one .tar.xz under a size limit, leaving the raw sample tables out when they
 not fit (and saying so). ``import_archive`` refuses an archive unless every member is a
 plain file under one ``results/<target>/`` of a GPU target, every record passes its
 schema, and all records name one clean commit of this repository; it then replaces
-``results/<target>/`` as a whole (staged beside it, then renamed).
+``results/<target>/`` as a whole (staged beside it, then renamed), but for its store of
+results across commits (``history/``), which is kept and gains the archive's timed
+records: the store is kept here, never carried.
 
     python -m casebook.archive import ARCHIVE      # then: git add results/<target>/
 """
@@ -23,11 +25,12 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from casebook import paths, provenance, records
+from casebook import history, paths, provenance, records
 from casebook.errors import CasebookError
 
 GPU_TARGETS = ("h100", "h200", "b200")
 LOGS_IN_RESULTS = "logs"
+HISTORY_IN_RESULTS = "history"
 _ALLOWED = re.compile(r".*\.(json|csv|yaml)$")
 _SAMPLES = re.compile(r".*(\.samples\.csv|\.samples/.*)$")
 
@@ -38,7 +41,8 @@ def _files(target: str) -> list[tuple[Path, str]]:
     root = Path(paths.target_dir(target))
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if path.is_file() and rel.parts[0] != LOGS_IN_RESULTS and not _hidden(rel):
+        if path.is_file() and rel.parts[0] not in (LOGS_IN_RESULTS, HISTORY_IN_RESULTS) \
+                and not _hidden(rel):
             out.append((path, f"{paths.target_dir(target)}/{rel.as_posix()}"))
     logs = Path(paths.LOGS)
     for path in sorted(logs.rglob("*")) if logs.exists() else []:
@@ -95,6 +99,9 @@ def _member_target(archive: Path, member: tarfile.TarInfo) -> str | None:
         raise CasebookError(archive, member.name, "not a plain file or folder")
     if member.isfile() and name.parts[2] != LOGS_IN_RESULTS and not _ALLOWED.match(member.name):
         raise CasebookError(archive, member.name, "not a record, sample table or tile table")
+    if len(name.parts) > 2 and name.parts[2] == HISTORY_IN_RESULTS:
+        raise CasebookError(archive, member.name, "a store of results across commits is kept "
+                            "where it is imported, never carried")
     return name.parts[1] if len(name.parts) > 1 else None
 
 
@@ -156,7 +163,8 @@ def _check_open(archive: Path, tar: tarfile.TarFile) -> tuple[str, str, list[tar
 
 
 def import_archive(archive: Path, root: Path = Path()) -> dict[str, Any]:
-    """Check ``archive`` and make it ``root/results/<target>/``, replacing what was there."""
+    """Check ``archive`` and make it ``root/results/<target>/``, replacing what was there
+    but the store of results across commits, which gains the archive's timed records."""
     target, commit, members = check(archive)
     results = root / paths.RESULTS
     results.mkdir(parents=True, exist_ok=True)
@@ -170,7 +178,12 @@ def import_archive(archive: Path, root: Path = Path()) -> dict[str, Any]:
         if final.exists():
             final.rename(old)
         (staging / paths.RESULTS / target).rename(final)
+        if (old / HISTORY_IN_RESULTS).is_dir():
+            (old / HISTORY_IN_RESULTS).rename(final / HISTORY_IN_RESULTS)
         shutil.rmtree(old, ignore_errors=True)
+        for kind in history.KINDS:
+            for path in sorted(final.glob(f"*/{kind}/*/*.json")):
+                history.keep(records.read(path, kind), root=root)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     files = sum(1 for m in members if m.isfile())

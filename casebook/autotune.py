@@ -81,9 +81,8 @@ def _check_once(plugin: Any, runnable: Any, params: dict[str, Any], spec: dict[s
     """One draw of fresh inputs against the oracle, exactly as ``verify`` checks a trial
     (a candidate that raises fails, visibly, and is dropped)."""
     inputs = plugin.make_inputs(params, rng)
-    check = verify.check_trial(runnable, params, inputs, plugin.oracle(params, inputs),
-                               verify.tolerance_of(spec, params, case_path),
-                               getattr(plugin, "compare", None))
+    check = verify.check_trial(runnable, plugin, params, inputs,
+                               verify.tolerance_of(spec, params, case_path))
     if contract.races_found(plugin):
         return {**check, "passed": False, "error": "the interpreter's race detector "
                                                      "reported a race"}
@@ -114,7 +113,8 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
     # and widening every interval by the host's drift between jobs would tie them all.
     measured = timing.measure(runnable, lambda rng: plugin.make_inputs(tuned, rng),
                               measurement, spec["measurement"]["cache"], seed, samples_path,
-                              floor=None)
+                              floor=None, check=verify.oracle_check(
+                                  plugin, tuned, spec, case_path, runnable))
     return {**entry, **measured}
 
 

@@ -153,6 +153,17 @@ def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/baseline/{baseline}/{point}.json"
 
 
+def history_dir(target: str) -> str:
+    """``target``'s results across commits (casebook/history.py)."""
+    return f"{RESULTS}/{target}/history"
+
+
+def history_entry(target: str, revision: str, case: str, figure: str) -> str:
+    """One figure (``time/<variant>/<point>``, ``baseline/<name>/<point>``) as measured
+    at one revision."""
+    return f"{history_dir(target)}/{revision}/{case}/{figure}.json"
+
+
 def compare_record(target: str, case: str, point: str) -> str:
     """The point's variants and baselines measured interleaved, and their paired ratios."""
     return f"{RESULTS}/{target}/{case}/compare/{point}.json"

@@ -25,7 +25,17 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from casebook import conditions, config, hostcapture, methods, paths, records, status, tables
+from casebook import (
+    conditions,
+    config,
+    history,
+    hostcapture,
+    methods,
+    paths,
+    records,
+    status,
+    tables,
+)
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence, gather
 
@@ -178,7 +188,9 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
                    "Lowering (compiled on this host, not run)": tables.lowering(ev),
                    "Timing": tables.timing(ev, publish_here),
                    "Kernel against baselines": tables.comparisons(ev),
-                   "Tile choice (autotune)": tables.tile_choices(ev, publish_here)},
+                   "Tile choice (autotune)": tables.tile_choices(ev, publish_here),
+                   "History across commits (each against the one before)": tables.across_commits(
+                       history.steps(target, spec["name"]))},
         "tile_note": tile_note(spec, ev),
         "noise_floor": conditions.floor_text(ev),
         "command": conditions.command(ev),

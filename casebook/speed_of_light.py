@@ -50,9 +50,11 @@ def peaks_text() -> str:
         for gpu, e in peaks().items())
 
 
-def bound(work: dict[str, Any], gpu: str) -> dict[str, Any]:
-    """The bound of ``work`` ({flops, bytes, math, basis}) on ``gpu``, with its parts."""
-    entry = peaks().get(gpu)
+def bound(work: dict[str, Any], gpu: str, entry: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
+    """The bound of ``work`` ({flops, bytes, math, basis}) on ``gpu``, with its parts;
+    ``entry``: that device's peaks, as a peaks.yaml entry (None: peaks.yaml's)."""
+    entry = entry or peaks().get(gpu)
     if entry is None:
         raise CasebookError(PEAKS, gpu, f"no peaks for {gpu!r} (known: {sorted(peaks())})")
     if work["math"] not in PRECISIONS:

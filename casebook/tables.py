@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from casebook import conditions, evidence, fmt, paths
+from casebook import conditions, evidence, fmt, history, paths
 from casebook.evidence import Evidence
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
@@ -107,6 +107,33 @@ def comparisons(ev: Evidence) -> str:
               "baseline / kernel": why}
              for (variant, name, point), why in conditions.not_compared(ev).items()]
     return _html(rows, [False] * len(rows), f"compare-{ev.target}")
+
+
+def across_commits(series: dict[str, list[dict[str, Any]]]) -> str:
+    """Each figure's results across commits (``casebook.history.steps``), oldest first,
+    each against the one before: a step (FASTER or SLOWER between two binaries) is marked,
+    a SLOWER one and a miscalibrated floor as failures."""
+    rows, failed = [], []
+    for figure, kept in series.items():
+        for item in kept:
+            entry, change = item["entry"], item["change"]
+            x = change.comparison if change else None
+            rows.append({
+                "figure": figure.split("/", 1)[1], "revision": item["revision"][:12],
+                "measured": entry["measured_at"][:10],
+                "median": fmt.seconds(entry["median_s"]),
+                "interval": f"{fmt.seconds(entry['ci_low_s'])} – "
+                            f"{fmt.seconds(entry['ci_high_s'])}",
+                "binary": (entry["binary_sha256"] or "not named")[:12],
+                "against the one before": f"{x.speedup:.3f}× [{x.low:.3f}, {x.high:.3f}] "
+                                          f"{change.finding}" if x else "first",
+                "step": ("STEP" if history.is_step(change) else "")
+                        + (" (miscalibrated floor: the same binary)"
+                           if change and change.finding == history.MISCALIBRATED
+                           else "")})
+            failed.append(change is not None and change.finding in (
+                "SLOWER", history.MISCALIBRATED))
+    return _html(rows, failed, "history")
 
 
 def _run_here(ev: Evidence, launch: dict[str, Any]) -> str:

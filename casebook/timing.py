@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, evidence, paths, records, speed_of_light, stage, verify
+from casebook import config, evidence, history, paths, records, speed_of_light, stage, verify
 from casebook.errors import CasebookError
 from casebook.measure import engine, guards, noise, pinning, stats, table
 from kernels import contract
@@ -60,15 +60,17 @@ def host_floor(floor_path: str) -> float:
 
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
              seed: int, samples_path: str, floor: float | None,
-             bound: dict[str, Any] | None = None) -> dict[str, Any]:
+             bound: dict[str, Any] | None = None,
+             check: engine.Check | None = None) -> dict[str, Any]:
     """The engine's measurement and its samples table, or why none could be made;
     ``floor``: the host's noise floor the interval is widened to (None: not widened);
     ``bound``: the speed of light on this GPU (``speed_of_light``), below which a median
-    is refused as impossible (its samples kept), and beside which it is recorded."""
+    is refused as impossible (its samples kept), and beside which it is recorded;
+    ``check``: the oracle a timed call's output is held to (``verify.oracle_check``)."""
     settings = settings_for(runnable, measurement)
     try:
-        result = engine.measure(engine.Workload(runnable, make_inputs), settings, cache_mode,
-                                seed, engine.Devices.find())
+        result = engine.measure(engine.Workload(runnable, make_inputs, check), settings,
+                                cache_mode, seed, engine.Devices.find())
     except guards.Unmeasurable as error:
         table.write(samples_path, [])
         return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {error}"}
@@ -82,6 +84,12 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
                 "speed_of_light": bound}
     return {"timed": True, "measurement": summary, "speed_of_light": {
         **bound, "fraction": speed_of_light.fraction(summary["median_s"], bound)}}
+
+
+def _kept(record: dict[str, Any]) -> dict[str, Any]:
+    """``record``, also kept in its target's store of results across commits."""
+    history.keep(record)
+    return record
 
 
 def verified(job: stage.PointJob, verify_path: str) -> dict[str, Any]:
@@ -109,12 +117,13 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
         return records.write(out, "time", {**body, "timed": False, "not_timed_reason": why})
     seed = verify.draw_seed()
     runnable = job.plugin.kernel(variant, job.tuned, "time", build_dir=job.build_dir)
-    return records.write(out, "time", {
+    return _kept(records.write(out, "time", {
         **body, "seed": seed, "execution": runnable.execution, "shared_host": shared_host,
         **measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng), settings,
                   cache_for(runnable, settings, job.spec["measurement"]["cache"]), seed,
                   samples_path, host_floor(floor_path), speed_of_light.for_target(
-                      job.plugin, job.tuned, job.plugin.outputs(variant), target))})
+                      job.plugin, job.tuned, job.plugin.outputs(variant), target),
+                  verify.oracle_check(job.plugin, job.tuned, job.spec, job.path, runnable))}))
 
 
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
@@ -143,11 +152,12 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
         return records.write(out, "baseline", {
             **body, "timed": False,
             "not_timed_reason": "the baseline disagrees with the oracle"})
-    return records.write(out, "baseline", {
+    return _kept(records.write(out, "baseline", {
         **body, **measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
                            spec["measurement"]["cache"], seed, samples_path,
                            host_floor(floor_path), speed_of_light.for_target(
-                               plugin, params, plugin.baseline_outputs(baseline), target))})
+                               plugin, params, plugin.baseline_outputs(baseline), target),
+                           verify.oracle_check(plugin, params, spec, path, runnable))}))
 
 
 def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
@@ -230,15 +240,17 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
     plugin, workloads, bounds = job.plugin, {}, {}
     for name in dict.fromkeys(p["variant"] for p in measured):
         tuned = stage.load(case_dir, case, target, point, name).tuned
+        runnable = plugin.kernel(name, tuned, "time", build_dir=job.build_dir)
         workloads[f"variant {name}"] = engine.Workload(
-            plugin.kernel(name, tuned, "time", build_dir=job.build_dir),
-            lambda rng, tuned=tuned: plugin.make_inputs(tuned, rng))
+            runnable, lambda rng, tuned=tuned: plugin.make_inputs(tuned, rng),
+            verify.oracle_check(plugin, tuned, job.spec, job.path, runnable))
         bounds[f"variant {name}"] = speed_of_light.for_target(
             plugin, tuned, plugin.outputs(name), target)
     for name in dict.fromkeys(p["baseline"] for p in measured):
+        runnable = plugin.baseline(name, job.params, build_dir=job.build_dir)
         workloads[f"baseline {name}"] = engine.Workload(
-            plugin.baseline(name, job.params, build_dir=job.build_dir),
-            lambda rng: plugin.make_inputs(job.params, rng))
+            runnable, lambda rng: plugin.make_inputs(job.params, rng),
+            verify.oracle_check(plugin, job.params, job.spec, job.path, runnable))
         bounds[f"baseline {name}"] = speed_of_light.for_target(
             plugin, job.params, plugin.baseline_outputs(name), target)
     # A host stand-in is only compared with its own kind (``comparable``), so the first

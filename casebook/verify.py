@@ -98,7 +98,8 @@ def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: An
     return {**found, "error": "; ".join(errors)} if errors else found
 
 
-def _failure(check: dict[str, Any]) -> str:
+def _why(check: dict[str, Any]) -> str:
+    """What is wrong with a failed ``check_outputs``, in words."""
     if check.get("error"):
         why = check["error"]
     elif check["nan_count"]:
@@ -109,17 +110,49 @@ def _failure(check: dict[str, Any]) -> str:
         why = ((f"error {worst:.3g}× the tolerance" if worst is not None
                 else "not equal where the tolerance is exact")
                + (f" ({', '.join(bad)})" if bad else ""))
-    return f"{check['purpose']} trial {check['trial']}: {why}"
+    return why
 
 
-def check_trial(runnable, params, inputs, want, tolerance, own_compare) -> dict[str, Any]:
-    """One run of ``runnable`` on ``inputs`` checked against the oracle's ``want``."""
+def _failure(check: dict[str, Any]) -> str:
+    return f"{check['purpose']} trial {check['trial']}: {_why(check)}"
+
+
+def check_trial(runnable, plugin, params, inputs, tolerance) -> dict[str, Any]:
+    """One run of ``runnable`` on ``inputs`` checked against ``plugin``'s oracle, which
+    runs only once the output is fetched, on a copy of the inputs made before the run:
+    no expected output exists in memory while the kernel runs, for it to find and copy
+    (github.com/gpu-mode/pygpubench/pull/7), and a kernel that changes its inputs so
+    that the oracle agrees with it (zeroes them and returns zeros:
+    github.com/ScalingIntelligence/KernelBench/pull/82) fails."""
+    pristine = {name: np.array(value, copy=True) for name, value in inputs.items()}
     try:
         got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
         return {"passed": False, "error": f"{type(error).__name__}: {error}"}
-    return check_outputs(params, inputs, got, want, tolerance, own_compare,
-                         runnable.execution["poisoned"])
+    changed = [name for name, value in pristine.items()
+               if not np.array_equal(value, inputs[name], equal_nan=True)]
+    found = check_outputs(params, pristine, got, plugin.oracle(params, pristine), tolerance,
+                          getattr(plugin, "compare", None), runnable.execution["poisoned"])
+    if changed:
+        why = f"the kernel changed its input(s) {', '.join(changed)}"
+        return {**found, "passed": False,
+                "error": "; ".join(filter(None, [found.get("error"), why]))}
+    return found
+
+
+def oracle_check(plugin: Any, params: dict[str, Any], spec: dict[str, Any], path: object,
+                 runnable: Any) -> Callable[[dict[str, np.ndarray], Any], str | None]:
+    """What the measuring engine holds a timed call's fetched output to
+    (``engine.Workload.check``): why it is wrong for its inputs, by the oracle and
+    tolerance verification uses, or None."""
+    tolerance = tolerance_of(spec, params, path)
+
+    def check(inputs: dict[str, np.ndarray], got: Any) -> str | None:
+        found = check_outputs(params, inputs, got, plugin.oracle(params, inputs), tolerance,
+                              getattr(plugin, "compare", None),
+                              runnable.execution["poisoned"])
+        return None if found["passed"] else _why(found)
+    return check
 
 
 def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> Tolerance:
@@ -138,7 +171,6 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
                 path: object) -> dict[str, Any]:
     """What verification found for ``variant`` at ``params``: the body of a verify record."""
     tolerance = tolerance_of(spec, params, path)
-    own_compare = getattr(plugin, "compare", None)
     seed = draw_seed()
     streams = np.random.SeedSequence(seed).spawn(spec["verify"]["trials"])
     checks: list[dict[str, Any]] = []
@@ -157,11 +189,9 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
         for purpose, runnable in runnables.items():
             for trial, stream in enumerate(streams):
                 inputs = plugin.make_inputs(params, np.random.default_rng(stream))
-                want = plugin.oracle(params, inputs)
                 checks.append({"purpose": purpose, "trial": trial,
                                "execution": runnable.execution,
-                               **check_trial(runnable, params, inputs, want, tolerance,
-                                        own_compare)})
+                               **check_trial(runnable, plugin, params, inputs, tolerance)})
     races = contract.races_found(plugin)
     failures = [_failure(c) for c in checks if not c["passed"]]
     if races:

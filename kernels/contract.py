@@ -104,7 +104,10 @@ class Runnable(NamedTuple):
     back: one numpy array, or ``{name: array}`` for a kernel with several named outputs.
     Two optional facts help the timer: ``stream``, the device stream handle the work is
     enqueued on (CUDA events are recorded there), and ``barrier``, a wait for all work on
-    every stream of the device.
+    every stream of the device. ``binary``, also optional, names what runs: a sha256 of
+    the program ``call`` runs on given prepared arguments (the lowered module with its
+    compiler's version, or the compiled file), the same where the same binary runs; the
+    history of results across commits expects two revisions of one binary to time alike.
     """
 
     prepare: Callable[[dict[str, np.ndarray]], tuple[Any, ...]]
@@ -114,6 +117,7 @@ class Runnable(NamedTuple):
     execution: Execution
     stream: Any = None  # the stream ``call`` enqueues on; None: the framework chooses
     barrier: Callable[[], None] | None = None  # drains every stream, not just the output's
+    binary: Callable[[tuple[Any, ...]], str] | None = None  # prepared args -> sha256
 
 
 class CasePlugin(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,11 +30,21 @@ def from_jax(fn: Callable[..., Any], names: tuple[str, ...], execution: Executio
     def prepare(inputs: dict[str, np.ndarray]) -> tuple[Any, ...]:
         return tuple(jax.device_put(inputs[name]) for name in names)
 
+    def binary(args: tuple[Any, ...]) -> str:
+        """The module jit lowers for ``args`` (cached once called), with the jax version
+        and the device it compiles for."""
+        device = jax.devices()[0]
+        digest = hashlib.sha256(f"jax {jax.__version__} {device.platform} "
+                                f"{device.device_kind}\n".encode())
+        digest.update(compiled.lower(*args).as_text().encode())
+        return digest.hexdigest()
+
     return Runnable(
         prepare=prepare,
         call=compiled,
         sync=jax.block_until_ready,
         fetch=_to_numpy,
+        binary=binary,
         execution=Execution(**execution, framework=f"jax {jax.__version__}",
                             device=str(jax.devices()[0].platform)),
     )

@@ -25,6 +25,8 @@ class Device:
         self.kernels: list[types.SimpleNamespace] = []
         self.pending_host_s = 0.0  # side-stream work a barrier still has to wait for
         self.memsets: list[int] = []
+        self.limits: dict[str, int] = {}
+        self.persisting_resets = 0
 
     def launch(self, duration_ns: int, stream: int = 1, late_ns: int = 0) -> None:
         """A kernel on ``stream``; ``late_ns`` > 0 makes it end after the host's wait."""
@@ -41,8 +43,13 @@ class CudaAttr(enum.IntEnum):
     cudaDevAttrL2CacheSize = 38
 
 
+class CudaLimit(enum.IntEnum):
+    cudaLimitPersistingL2CacheSize = 6
+
+
 class Cudart:
     cudaDeviceAttr = CudaAttr
+    cudaLimit = CudaLimit
 
     def __init__(self, device: Device, l2_bytes: int = 50 * 2**20):
         self.device, self.l2_bytes = device, l2_bytes
@@ -80,6 +87,14 @@ class Cudart:
 
     def cudaMemsetAsync(self, ptr, value, size, stream):
         self.device.memsets.append(size)
+        return (OK,)
+
+    def cudaDeviceSetLimit(self, limit, value):
+        self.device.limits[CudaLimit(limit).name] = value
+        return (OK,)
+
+    def cudaCtxResetPersistingL2Cache(self):
+        self.device.persisting_resets += 1
         return (OK,)
 
     def cudaFree(self, ptr):

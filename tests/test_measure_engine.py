@@ -203,6 +203,9 @@ def test_cuda_events_time_the_runnables_stream_and_flush_l2_when_cold():
     assert m.clock_kind == "cuda_event"
     assert all(20e-6 <= s < 21e-6 for s in m.kept)  # the booked durations, in seconds
     assert device.memsets and set(device.memsets) == {50 * 2**20}  # the L2's size
+    # persisting lines released before every flush: no carve-out, none left persisting
+    assert device.limits == {"cudaLimitPersistingL2CacheSize": 0}
+    assert device.persisting_resets == len(device.memsets)
     assert "50 MiB memset" in m.cache_description and tools.cudart.freed == [0xBEEF]
 
 
@@ -309,3 +312,108 @@ def test_repeats_are_separate_runs_of_the_criterion_with_a_run_to_run_interval()
 def test_repeats_share_the_timeout():
     settings = timing.default_settings(timeout_s=6.0, repeats=3)
     assert settings.criterion_unit().bounds.timeout_s == pytest.approx(2.0)
+
+
+def doubling_check(inputs, got):
+    """The oracle of ``honest``'s x * 2, as a Workload's check."""
+    return None if np.allclose(got, inputs["x"] * 2) else "not x * 2"
+
+
+def test_a_timed_output_is_checked_on_its_own_inputs_in_every_cache_state():
+    """Honest work passes the check in hot and cold states: the kept sample's inputs are
+    drawn again from its set's generator state (cold rotates many sets), and its output
+    is fetched at once, before a later call reuses the runnable's one output buffer."""
+    buffer = np.full(64, np.nan)
+
+    def call(x):
+        time.sleep(WORK_S)
+        np.multiply(x, 2, out=buffer)
+        return buffer
+
+    r = honest()._replace(call=call, fetch=np.array)
+    for mode in ("hot", "cold"):
+        m = engine.measure(engine.Workload(r, inputs, doubling_check), QUICK, mode, 1, CPU)
+        assert "matches the oracle" in m.guards["timed_output"]["detail"]
+
+
+def test_a_call_wrong_only_when_timed_is_refused():
+    """Right for warm-up and its first samples, then wrong: the sample drawn at random
+    is checked."""
+    calls = []
+
+    def call(x):
+        calls.append(None)
+        time.sleep(WORK_S)
+        return x * 2 if len(calls) <= 3 else x * 3
+
+    r = honest()._replace(call=call)
+    with pytest.raises(guards.TimerFooled, match="timed_output: a timed call gave a wrong"):
+        engine.measure(engine.Workload(r, inputs, doubling_check), QUICK, "hot", 1, CPU)
+
+
+def test_a_call_that_changes_its_inputs_is_refused():
+    def call(x):
+        time.sleep(WORK_S)
+        x[0] += 1.0  # state kept in the input
+        return x * 2
+
+    with pytest.raises(guards.TimerFooled, match=r"inputs_intact: the call changed its "
+                                                 r"inputs: argument\(s\) \[0\]"):
+        engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
+                       1, CPU)
+
+
+def test_a_call_that_replaces_the_clock_is_refused():
+    real = time.perf_counter_ns
+
+    def call(x):
+        time.perf_counter_ns = lambda: real() // 10
+        time.sleep(WORK_S)
+        return x * 2
+
+    try:
+        with pytest.raises(guards.TimerFooled, match=r"untampered: .*time\.perf_counter_ns"):
+            engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK,
+                           "hot", 1, CPU)
+    finally:
+        time.perf_counter_ns = real
+    assert engine.TRUSTED.replaced() == []
+
+
+def test_a_gpu_library_replaced_before_it_was_noted_is_named():
+    """The GPU libraries are noted when a measurement loads them: a timer replaced
+    earlier shows as defined outside its library; the library's own do not."""
+    tools = fakes.tools(fakes.Device(), cupti=False)
+    assert engine.TRUSTED.with_tools(tools).replaced() == []
+    tools.cudart.cudaEventElapsedTime = lambda start, stop: (0, 0.001)  # made here
+    assert engine.TRUSTED.with_tools(tools).replaced() == ["fakes.cudaEventElapsedTime"]
+
+
+def test_one_stall_is_not_work_hidden_in_a_few_calls():
+    """One sample stalled 30× the work makes the mean several times the median; a
+    re-check of as many calls clears it."""
+    calls = []
+
+    def call(x):
+        calls.append(None)
+        time.sleep(30 * WORK_S if len(calls) == 6 else WORK_S)
+        return x * 2
+
+    m = engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
+                       1, CPU)
+    assert m.guards["work_per_call"]["rechecks"] == 1
+
+
+def test_work_done_in_one_call_of_several_is_refused():
+    """Every fourth call does four calls' work, the others none (batch-and-skip)."""
+    calls = []
+
+    def call(x):
+        calls.append(None)
+        if len(calls) % 4 == 0:
+            time.sleep(4 * WORK_S)
+        return x * 2
+
+    with pytest.raises(guards.TimerFooled, match="work_per_call: the samples hide work"):
+        engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
+                       1, CPU)

@@ -106,3 +106,27 @@ def test_tolerance_rows_list_every_output():
                                                  "bfloat16": LOOSE}})
     assert [(d, o) for d, o, _ in rows] == [("float32", "y"), ("float32", "codes"),
                                             ("bfloat16", None)]
+
+
+def test_a_kernel_that_changes_its_inputs_fails_and_the_oracle_sees_them_unchanged():
+    """It zeroes its input and answers zeros: an oracle run on the input as it is after
+    the kernel would agree (KernelBench's exploit); the oracle runs on a copy made
+    before, and the change itself fails."""
+    def zeroing(x):
+        x[...] = 0
+        return {"y": np.zeros_like(x)}
+
+    found = check(plugin(zeroing))
+    assert not found["passed"]
+    assert "the kernel changed its input(s) x" in found["failures"][0]
+    assert found["checks"][0]["worst_error_over_tolerance"] > 1
+
+
+def test_the_oracle_runs_only_after_the_kernels_output_is_fetched():
+    """No expected output exists while the kernel runs, for it to find and copy."""
+    events = []
+    case = plugin(lambda x: events.append("kernel") or {"y": 2 * x})
+    oracle = case.oracle
+    case.oracle = lambda params, inputs: events.append("oracle") or oracle(params, inputs)
+    assert check(case)["passed"]
+    assert events == ["kernel", "oracle"] * 4

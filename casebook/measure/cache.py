@@ -80,7 +80,11 @@ def sets_for_rotation(set_bytes: int, llc_bytes: int) -> int:
 
 
 class L2Flush:
-    """Cold on a GPU: an L2-sized memset on the timed stream, then wait, before each sample."""
+    """Cold on a GPU: before each sample, no L2 set aside for persisting lines and none
+    left persisting, then an L2-sized memset on the timed stream, then wait. A memset does
+    not evict lines a kernel's access-policy window made persisting (llm.c measured 3,530
+    GB/s on an 864 GB/s card so: github.com/karpathy/llm.c/pull/851), nor does a reset
+    while the carve-out stays reserved (github.com/gpu-mode/pygpubench/pull/49)."""
 
     mode = "cold"
 
@@ -89,10 +93,14 @@ class L2Flush:
         self.bytes = gpu.l2_cache_bytes(tools)
         self.buffer = gpu.checked(tools.cudart.cudaMalloc(self.bytes), "cudaMalloc")
         self.description = (f"cold: L2 flushed before every sample by a "
-                            f"{self.bytes / 2**20:.0f} MiB memset (the device's L2 size)")
+                            f"{self.bytes / 2**20:.0f} MiB memset (the device's L2 size), "
+                            f"its persisting carve-out set to 0 and reset first")
 
     def before_sample(self, index: int) -> tuple[tuple[Any, ...], int]:
         cudart = self.tools.cudart
+        gpu.checked(cudart.cudaDeviceSetLimit(cudart.cudaLimit.cudaLimitPersistingL2CacheSize,
+                                              0), "cudaDeviceSetLimit(PersistingL2CacheSize)")
+        gpu.checked(cudart.cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache")
         gpu.checked(cudart.cudaMemsetAsync(self.buffer, index % 256, self.bytes, self.stream),
                     "cudaMemsetAsync")
         gpu.synchronize(self.tools)  # the flush is finished before the timed window opens

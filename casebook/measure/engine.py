@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook.measure import cache, clocks, gpu, guards, pinning, stats, stopping, throttle
+from casebook.measure import cache, clocks, gpu, guards, pinning, stats, stopping, tamper, throttle
 from kernels.contract import Runnable
 
 CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel")
@@ -72,12 +72,17 @@ class Settings:
         }[self.criterion]()
 
 
+Check = Callable[[dict[str, np.ndarray], Any], "str | None"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """A runnable and a way to make fresh host inputs for it."""
+    """A runnable, a way to make fresh host inputs for it, and ``check``: why a fetched
+    output is wrong for its inputs, or None (the oracle; None: outputs are not checked)."""
 
     runnable: Runnable
     make_inputs: Callable[[np.random.Generator], dict[str, np.ndarray]]
+    check: Check | None = None
 
 
 @dataclasses.dataclass
@@ -95,6 +100,7 @@ class Measurement:
     guards: dict[str, dict[str, Any]]
     rows: list[dict[str, Any]]  # every sample, discarded ones included
     wall_s: float
+    binary_sha256: str | None = None  # what ran (``Runnable.binary``); None: not named
 
     @property
     def kept(self) -> list[float]:
@@ -126,6 +132,7 @@ class Measurement:
             "cache": {"mode": self.cache_mode, "description": self.cache_description},
             "pinned_cpu": self.pinned_cpu,
             "throttling": self.throttling, "guards": self.guards, "wall_s": self.wall_s,
+            "binary_sha256": self.binary_sha256,
             **stats.summarize(self.kept, confidence, self.repeat_medians, floor), **extra,
         }
 
@@ -183,30 +190,58 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
 
 
 @dataclasses.dataclass
-class _Subject:
-    """One workload of an interleaved measurement: its inputs, samples and criterion."""
+class _Prepared:
+    """An input set as prepared: the generator state its host inputs were drawn from (to
+    draw them again for the oracle) and its arguments' ``guards.digests``."""
 
-    runnable: Runnable
+    rng_state: dict[str, Any]
+    digests: list[str | None]
+
+
+@dataclasses.dataclass
+class _Subject:
+    """One workload of an interleaved measurement: its inputs, samples and criterion, and
+    the sample whose output is checked (drawn at random as sampling goes)."""
+
+    workload: Workload
     state: Any
     prepare_set: Callable[[int], tuple[Any, ...]]
+    prepared: dict[int, _Prepared]  # by id() of the live argument tuple
+    picker: np.random.Generator
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     timings: list[clocks.Timing] = dataclasses.field(default_factory=list)
     criterion: Any = None
     index: int = 0
+    sampled: dict[int, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    kept: tuple[int, tuple[Any, ...], Any] | None = None  # (sample, args, fetched output)
+
+    @property
+    def runnable(self) -> Runnable:
+        return self.workload.runnable
+
+    def inputs_of(self, args: tuple[Any, ...]) -> dict[str, np.ndarray]:
+        """The host inputs ``args`` were prepared from, drawn again."""
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self.prepared[id(args)].rng_state
+        return self.workload.make_inputs(rng)
 
 
 def _subject(workload: Workload, cache_mode: str, seed: int, devices: Devices) -> _Subject:
     runnable = workload.runnable
     rng = np.random.default_rng(seed)
     set_bytes = sum(a.nbytes for a in workload.make_inputs(np.random.default_rng(seed)).values())
+    prepared: dict[int, _Prepared] = {}
 
     def prepare_set(_index: int) -> tuple[Any, ...]:
+        rng_state = rng.bit_generator.state
         args = runnable.prepare(workload.make_inputs(rng))
         runnable.sync(args)  # inputs resident before any call is timed on them
+        prepared[id(args)] = _Prepared(rng_state, guards.digests(args))
         return args
 
     state = cache.plan(cache_mode, prepare_set, set_bytes, devices.tools, runnable.stream)
-    return _Subject(runnable, state, prepare_set)
+    return _Subject(workload, state, prepare_set, prepared,
+                    np.random.default_rng([seed, 0x5A]))
 
 
 def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cache_mode: str,
@@ -236,6 +271,7 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
         raise guards.Unmeasurable("interleaved workloads run on different streams: CUDA "
                                   "events on one stream cannot time them all")
     order = np.random.default_rng([seed, len(names)])
+    watch = TRUSTED.with_tools(devices.tools)
     monitor = devices.monitor()
     discarded, subjects = 0, {}
     try:
@@ -261,7 +297,8 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
                             f"not hold its clock")
                 round_ += 1
         wall = time.perf_counter() - start
-        checks = {name: _guards(s, clock) for name, s in subjects.items()}
+        checks = {name: _guards(s, clock, watch) for name, s in subjects.items()}
+        binaries = {name: _binary(s) for name, s in subjects.items()}
     finally:
         for s in subjects.values():
             s.state.close()
@@ -282,7 +319,7 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
             cache_description=s.state.description, pinned_cpu=pinning.pinned_cpu(),
             throttling={"monitored": monitor.monitored, "description": monitor.description,
                         "discarded": sum(r["discarded"] for r in s.rows)},
-            guards=checks[name], rows=s.rows, wall_s=wall)
+            guards=checks[name], rows=s.rows, wall_s=wall, binary_sha256=binaries[name])
         _report(name, out[name])
     return out
 
@@ -301,9 +338,16 @@ def _sample(s: _Subject, clock, monitor, repeat: int, round_: int, began: float)
     """One sample of ``s``; 1 when it was throttled (discarded), else 0. A subject whose
     criterion has stopped goes on sampling, so that every round holds every subject."""
     args, which = s.state.before_sample(s.index)
-    _, timing = clock.time(lambda: s.runnable.call(*args), s.runnable.sync)
+    out, timing = clock.time(lambda: s.runnable.call(*args), s.runnable.sync)
     reading = monitor.read()
     s.rows.append({**_row(s.index, repeat, which, timing, reading), "round": round_})
+    s.sampled[id(args)] = args
+    # Reservoir sampling: every sample so far is the kept one with equal chance, so the
+    # runnable cannot know which output will be checked. Fetched now (a few times in a
+    # measurement: sample i replaces the kept one with chance 1/(i+1)), before a later
+    # call can reuse its buffer.
+    if s.picker.random() * (s.index + 1) < 1:
+        s.kept = (s.index, args, s.runnable.fetch(out))
     s.index += 1
     if reading.throttled:
         time.sleep(monitor.pause_s)
@@ -314,16 +358,47 @@ def _sample(s: _Subject, clock, monitor, repeat: int, round_: int, began: float)
     return 0
 
 
-def _guards(s: _Subject, clock) -> dict[str, dict[str, Any]]:
-    median = float(np.median([t.seconds for t in s.timings]))
+def _guards(s: _Subject, clock, watch: tamper.Watch) -> dict[str, dict[str, Any]]:
+    """Every guard on ``s``, by name: those that call the runnable again last, so that
+    the output checked and the inputs hashed are the samples' own. A refusal's message
+    starts with its guard's name."""
+    seconds = [t.seconds for t in s.timings]
+    median = float(np.median(seconds))
     args, _ = s.state.before_sample(0)
-    return {
-        "early_return": guards.early_return(s.runnable, args, median),
-        "unseen_stream": guards.unseen_work(s.runnable, args, s.timings, median),
-        "reused_result": guards.reused_result(
-            s.runnable, args, lambda: s.prepare_set(-1), _first_call(clock, s.runnable),
-            median),
-    }
+    time_call = _first_call(clock, s.runnable)
+    checks: dict[str, Callable[[], dict[str, Any]]] = {
+        "untampered": lambda: guards.untampered(watch.replaced())}
+    if s.workload.check is not None and s.kept is not None:
+        sample, kept_args, got = s.kept
+        checks["timed_output"] = lambda: guards.timed_output(
+            sample, got, s.inputs_of(kept_args), s.workload.check)
+    checks.update({
+        "inputs_intact": lambda: guards.inputs_intact(
+            [(a, s.prepared[key].digests) for key, a in s.sampled.items()]),
+        "work_per_call": lambda: guards.work_per_call(
+            seconds, lambda n: [time_call(args)[1] for _ in range(n)]),
+        "early_return": lambda: guards.early_return(s.runnable, args, median),
+        "unseen_stream": lambda: guards.unseen_work(s.runnable, args, s.timings, median),
+        "reused_result": lambda: guards.reused_result(
+            s.runnable, args, lambda: s.prepare_set(-1), time_call, median),
+    })
+    # untampered runs again last: the guards' own calls may have replaced something too
+    return {name: _named(name, guard) for name, guard in
+            [*checks.items(), ("untampered", checks["untampered"])]}
+
+
+def _binary(s: _Subject) -> str | None:
+    """The runnable's name for what ran on the sampled inputs (``Runnable.binary``)."""
+    if s.runnable.binary is None:
+        return None
+    return s.runnable.binary(s.state.before_sample(0)[0])
+
+
+def _named(name: str, guard: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return guard()
+    except guards.TimerFooled as error:
+        raise guards.TimerFooled(f"{name}: {error}") from None
 
 
 def _first_call(clock, runnable: Runnable):
@@ -333,3 +408,7 @@ def _first_call(clock, runnable: Runnable):
         out, timing = clock.time(lambda: runnable.call(*args), runnable.sync)
         return out, timing.seconds
     return time_call
+
+
+# What a measurement trusts, noted now: this module is imported before any case's code.
+TRUSTED = tamper.Watch()

@@ -9,6 +9,17 @@
   must not be several times slower than the samples, and two different input sets must
   give different outputs.
 
+- work per call: samples whose median hides the work, as when one call in N does the work
+  of N (batch-and-skip: github.com/gpu-mode/reference-kernels/pull/104). Their mean must
+  not be several times their median.
+- timed output: a call that is right when checked and wrong when timed (it detects the
+  warm-up or the check). The output of one sample, drawn at random as sampling goes, is
+  fetched after its wait and checked after sampling against the oracle on its inputs,
+  drawn again.
+- inputs intact: a call that changes its inputs (zeroes them, keeps state in them). Every
+  sampled input set's host-readable arguments hash the same after sampling as prepared.
+- tampering (``tamper``): a call that replaced the clock or the statistics.
+
 Every timing-based accusation is re-checked before it is refused (RECHECKS): a cheat
 shows on every probe, a stall on a loaded host on one, so a stall does not accuse honest
 code.
@@ -16,6 +27,7 @@ code.
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook.measure.clocks import Timing
+from casebook.measure.clocks import Timing, now_ns
 from kernels.contract import Runnable
 
 # A guard fails only on a lag larger than this share of the median sample AND larger
@@ -55,6 +67,11 @@ RECHECKS = 5
 # process (a barrier preempted for ms on a loaded host) inflates a few samples' barriers.
 UNSEEN_SHARE = 0.05
 PROBES = 3
+# Samples whose mean is this many times their median hide work in a few calls: one call
+# in N doing N calls' work makes the mean N times a skipping call's median. Stalls on a
+# loaded host rarely move a mean this far, and one series of stalls does not repeat: a
+# suspicion is re-checked on fresh series of as many calls.
+SKEW_FACTOR = 2.0
 # From this median on, one early-return probe (two calls and a settling pause of a
 # median) decides as well as three, and two fresh sets (the fewest whose outputs can be
 # compared) as well as three for the reuse guard: the margins, LAG_SHARE (25 ms and up)
@@ -73,9 +90,9 @@ class TimerFooled(Unmeasurable):
 
 
 def _seconds(fn: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.perf_counter_ns()
+    start = now_ns()
     value = fn()
-    return value, (time.perf_counter_ns() - start) * 1e-9
+    return value, (now_ns() - start) * 1e-9
 
 
 def _too_slow(lag: float, median: float) -> bool:
@@ -219,3 +236,73 @@ def reused_result(runnable: Runnable, sampled: tuple[Any, ...],
         raise TimerFooled("a result is reused across samples: different input sets gave "
                           "the identical output")
     return {"passed": True, "detail": detail + "; outputs differ", "rechecks": len(rechecks)}
+
+
+def _skewed(seconds: Sequence[float]) -> tuple[bool, float, float]:
+    mean, median = float(np.mean(seconds)), float(np.median(seconds))
+    return mean > SKEW_FACTOR * median and mean - median > ABSOLUTE_S, mean, median
+
+
+def work_per_call(seconds: Sequence[float], series: Callable[[int], list[float]]
+                  ) -> dict[str, Any]:
+    """Refuse samples whose mean is SKEW_FACTOR times their median, where ``series(n)``,
+    n further calls timed one by one, is skewed so on each of RECHECKS re-checks too."""
+    skewed, mean, median = _skewed(seconds)
+    rechecks = 0
+    while skewed and rechecks < RECHECKS:
+        rechecks += 1
+        skewed, again, again_median = _skewed(series(len(seconds)))
+    if skewed:
+        raise TimerFooled(
+            f"the samples hide work in a few calls: their mean {mean * 1e3:.3g} ms is "
+            f"{_times(mean, median):.1f}× their median {median * 1e3:.3g} ms, and so on each of "
+            f"{RECHECKS} re-checks of {len(seconds)} calls (the last: {again * 1e3:.3g} ms "
+            f"against {again_median * 1e3:.3g} ms)")
+    return {"passed": True, "detail": f"mean {_times(mean, median):.2f}× the median"
+                                      + (f", a stall: not so on re-check {rechecks}"
+                                         if rechecks else ""), "rechecks": rechecks}
+
+
+def timed_output(sample: int, got: Any, inputs: dict[str, np.ndarray],
+                 check: Callable[[dict[str, np.ndarray], Any], str | None]) -> dict[str, Any]:
+    """Refuse a measurement whose sample ``sample`` (drawn at random while sampling) gave
+    an output (``got``, fetched after its wait) that ``check`` finds wrong on its
+    ``inputs``; the oracle runs only now."""
+    why = check(inputs, got)
+    if why:
+        raise TimerFooled(f"a timed call gave a wrong output: sample {sample}, drawn at "
+                          f"random and checked against the oracle after sampling: {why}")
+    return {"passed": True, "detail": f"sample {sample}'s output, drawn at random, "
+                                      f"matches the oracle"}
+
+
+def digests(args: tuple[Any, ...]) -> list[str | None]:
+    """A hash of each argument the host can read as an array (None: one it cannot)."""
+    return [hashlib.sha256(np.asarray(a).tobytes()).hexdigest()
+            if hasattr(a, "__array__") else None for a in args]
+
+
+def inputs_intact(sets: Sequence[tuple[tuple[Any, ...], list[str | None]]]
+                  ) -> dict[str, Any]:
+    """Refuse a call that changed its inputs: each sampled set's arguments against their
+    ``digests`` when prepared."""
+    for number, (args, before) in enumerate(sets):
+        changed = [k for k, (was, now) in enumerate(zip(before, digests(args), strict=True))
+                   if was != now]
+        if changed:
+            raise TimerFooled(f"the call changed its inputs: argument(s) {changed} of "
+                              f"sampled input set {number} differ after sampling from what "
+                              f"was prepared")
+    readable = sum(d is not None for _, before in sets for d in before)
+    return {"passed": True, "detail": f"{readable} host-readable argument(s) of "
+                                      f"{len(sets)} sampled input set(s) unchanged"}
+
+
+def untampered(replaced: Sequence[str]) -> dict[str, Any]:
+    """Refuse a measurement during which the measured code replaced a function the
+    measurement trusts (``tamper.Watch.replaced``)."""
+    if replaced:
+        raise TimerFooled(f"the measured code replaced what measures it: "
+                          f"{', '.join(replaced)}")
+    return {"passed": True, "detail": "the clocks, statistics and engine are the ones "
+                                      "casebook imported"}

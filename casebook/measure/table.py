@@ -1,9 +1,11 @@
-"""The raw-samples table kept beside every time/baseline record, and reading it back."""
+"""The raw-samples table kept beside every time/baseline record, and reading its kept
+samples back."""
 
 from __future__ import annotations
 
 import csv
 import io
+from pathlib import Path
 from typing import Any
 
 from casebook import records
@@ -33,3 +35,15 @@ def write_interleaved(path: str, measured: dict[str, list[dict[str, Any]]]) -> N
                           **{k: ("" if row[k] is None else row[k]) for k in COLUMNS}}
                          for row in rows)
     records.atomic_write_text(path, table.getvalue())
+
+
+def kept(text: str) -> list[float]:
+    """The kept (not discarded) samples' seconds of a samples table's ``text``."""
+    return [float(row["seconds"]) for row in csv.DictReader(io.StringIO(text))
+            if row["discarded"] != "True"]
+
+
+def read_kept(path: str | Path) -> list[float]:
+    """The kept samples of the table at ``path``."""
+    with open(path) as handle:
+        return kept(handle.read())

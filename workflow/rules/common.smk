@@ -235,6 +235,14 @@ def autotune_tables(wildcards):
     return [paths.tile_table(t, case) for t in MEASURED for case in tuned]
 
 
+def history_files(wildcards):
+    """The case's entries in each target's store of results across commits, as found:
+    committed or imported ones; a run's own are kept by its time jobs, whose records the
+    page reads anyway."""
+    return sorted(str(p) for target in TARGETS
+                  for p in Path(paths.history_dir(target)).glob(f"*/{wildcards.case}/*/*/*.json"))
+
+
 def figure_files(wildcards):
     """Each target's figure manifest, and the figures and sidecars it lists once the
     figures checkpoint has made it: a hand-edited sidecar reruns the page. What a corrupt

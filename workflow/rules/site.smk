@@ -12,6 +12,7 @@ rule page:
     input:
         case_file,
         figure_files,
+        history_files,
     output:
         part=directory(paths.page_part("{case}")),
         status=paths.page_status("{case}"),
