@@ -123,6 +123,7 @@ bench: env
 	$(BIN)/python -m benchmarks.fuzz_mgpu --examples 40
 	$(BIN)/python -m benchmarks.fuzz_moe_nvfp4 --draws 3
 	$(BIN)/python -m benchmarks.reuse_guard_load
+	$(BIN)/python -m benchmarks.exploit_corpus
 
 gpu-host: env
 	rm -rf $(BUNDLE)

@@ -13,14 +13,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from casebook import conditions, config, paths, records, speed_of_light, verify
+from casebook import conditions, config, history, paths, records, speed_of_light, verify
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence
-from casebook.measure import clocks, engine, pinning, stats, stopping
+from casebook.measure import clocks, engine, guards, pinning, stats, stopping
 
 # Every module whose docstrings this page quotes; the methods rule declares their files
 # (``paths.METHODS_QUOTES``), so editing a rule's docstring re-renders the page.
-QUOTED = (verify, clocks, engine, pinning, stats, stopping, speed_of_light)
+QUOTED = (verify, clocks, engine, guards, pinning, stats, stopping, speed_of_light, history)
 
 
 def doc(function: Any) -> str:
@@ -44,6 +44,8 @@ def measurement_rules() -> dict[str, str]:
                 stats.summarize, stats.median_interval, stats.rerun_interval,
                 stats.floor_interval)),
             "pinning": doc(pinning),
+            "guards": doc(guards),
+            "history": doc(history),
             "speed_of_light": doc(speed_of_light) + "\n\n" + speed_of_light.peaks_text(),
             "comparison": "\n\n".join(f"{f.__name__}: {doc(f)}" for f in (
                 engine.measure_interleaved, stats.paired_ratio, stats.compare_paired,

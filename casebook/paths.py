@@ -56,8 +56,9 @@ LIBRARY_DIR = SOURCE_ROOT / "casebook"
 PEAKS = SOURCE_ROOT / "configs" / "peaks.yaml"  # each target GPU's peaks: the speed of light
 # The modules whose docstrings the methods page quotes (``methods.QUOTED``): its inputs.
 METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
-    "verify.py", "measure/clocks.py", "measure/engine.py", "measure/pinning.py",
-    "measure/stats.py", "measure/stopping.py", "speed_of_light.py"))
+    "verify.py", "measure/clocks.py", "measure/engine.py", "measure/guards.py",
+    "measure/pinning.py", "measure/stats.py", "measure/stopping.py", "speed_of_light.py",
+    "history.py"))
 
 # The measurement engine's own benchmark records the methods page states: calibration
 # (A/A false verdicts, effects found) and rerun coverage (benchmarks/, results committed).

@@ -102,6 +102,8 @@ class Runnable(NamedTuple):
     The pipeline calls ``prepare`` once per input set (host arrays -> device arrays),
     ``call`` to launch, ``sync`` to wait for completion and ``fetch`` to bring the output
     back: one numpy array, or ``{name: array}`` for a kernel with several named outputs.
+    An array ``prepare`` returns at the top level of its tuple is an input: the timer
+    refuses a call that changes one (a buffer ``call`` writes goes inside a container).
     Two optional facts help the timer: ``stream``, the device stream handle the work is
     enqueued on (CUDA events are recorded there), and ``barrier``, a wait for all work on
     every stream of the device. ``binary``, also optional, names what runs: a sha256 of

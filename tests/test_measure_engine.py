@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from casebook import timing
-from casebook.measure import cache, clocks, engine, gpu, guards, noise, throttle
+from casebook.measure import cache, clocks, engine, gpu, guards, noise, tamper, throttle
 from kernels import contract
 from kernels.contract import Runnable
 
@@ -390,13 +390,13 @@ def test_a_gpu_library_replaced_before_it_was_noted_is_named():
 
 
 def test_one_stall_is_not_work_hidden_in_a_few_calls():
-    """One sample stalled 30× the work makes the mean several times the median; a
+    """One sample stalled 60× the work makes the mean several times the median; a
     re-check of as many calls clears it."""
     calls = []
 
     def call(x):
         calls.append(None)
-        time.sleep(30 * WORK_S if len(calls) == 6 else WORK_S)
+        time.sleep(60 * WORK_S if len(calls) == 6 else WORK_S)
         return x * 2
 
     m = engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
@@ -417,3 +417,14 @@ def test_work_done_in_one_call_of_several_is_refused():
     with pytest.raises(guards.TimerFooled, match="work_per_call: the samples hide work"):
         engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
                        1, CPU)
+
+
+def test_the_real_gpu_libraries_are_not_taken_for_replaced_ones():
+    """cuda-python's runtime (and CUPTI where installed) import without a driver: their
+    timing functions, noted as a GPU measurement notes them, are their own."""
+    from cuda.bindings import runtime as cudart
+
+    tools = gpu.Tools(cudart=cudart, nvml=None, cupti=gpu.load_cupti())
+    watch = engine.TRUSTED.with_tools(tools)
+    assert watch.replaced() == []
+    assert {name for (owner, name) in watch.loaded if owner is cudart} == set(tamper.CUDA)

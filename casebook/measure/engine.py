@@ -376,7 +376,7 @@ def _guards(s: _Subject, clock, watch: tamper.Watch) -> dict[str, dict[str, Any]
         "inputs_intact": lambda: guards.inputs_intact(
             [(a, s.prepared[key].digests) for key, a in s.sampled.items()]),
         "work_per_call": lambda: guards.work_per_call(
-            seconds, lambda n: [time_call(args)[1] for _ in range(n)]),
+            seconds, lambda n: [time_call(args)[1] for _ in range(n)], clock.kind == "host"),
         "early_return": lambda: guards.early_return(s.runnable, args, median),
         "unseen_stream": lambda: guards.unseen_work(s.runnable, args, s.timings, median),
         "reused_result": lambda: guards.reused_result(
