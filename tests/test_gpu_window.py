@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -211,6 +212,54 @@ def test_an_archive_imports_into_results_replacing_the_target(tmp_path):
     assert not stale.exists()
     records.read(root / paths.host_record("h200"), "host")
     assert [p.name for p in (root / "results").iterdir()] == ["h200"]  # no staging left
+
+
+TIMED = "results/h200/splash_attention/time/mgpu/mha_causal_f16"  # a committed timed record
+
+
+def test_an_import_keeps_the_store_across_commits_and_adds_the_archives_timed_records(
+        tmp_path):
+    """The target's records are replaced, its store of results across commits is not: an
+    entry of an earlier commit stays, and the archive's timed record is kept at its own."""
+    name = make_archive(tmp_path)
+
+    def add_timed(members):
+        record = json.loads((paths.SOURCE_ROOT / f"{TIMED}.json").read_text())
+        members[f"{TIMED}.json"] = json.dumps({**record, "commit": HEAD}).encode()
+        members[f"{TIMED}.samples.csv"] = (paths.SOURCE_ROOT / f"{TIMED}.samples.csv"
+                                           ).read_bytes()
+
+    rewrite(name, add_timed)
+    root = tmp_path / "repo"
+    earlier = paths.history_entry("h200", "1" * 40, "splash_attention", "time/mgpu/p")
+    (root / earlier).parent.mkdir(parents=True)
+    shutil.copy(paths.SOURCE_ROOT / paths.history_entry(
+        "h200", "988ebe6625d8f7ca0645137d295aa875709ded32", "splash_attention",
+        "time/mgpu/mha_causal_f16"), root / earlier)
+    archive.import_archive(name, root)
+    assert (root / earlier).is_file()
+    kept = records.read(root / paths.history_entry(
+        "h200", HEAD, "splash_attention", "time/mgpu/mha_causal_f16"), "history")
+    assert kept["measured_commit"] == HEAD and len(kept["samples_s"]) > 5
+
+
+def test_an_archive_carrying_a_store_is_refused(tmp_path):
+    name = make_archive(tmp_path)
+    member = f"results/h200/history/{HEAD}/case/time/v/p.json"
+    rewrite(name, lambda members: members.update({member: b"{}"}))
+    with pytest.raises(CasebookError, match="kept where it is imported, never carried"):
+        archive.import_archive(name, tmp_path / "repo")
+
+
+def test_pack_leaves_the_store_out(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_target_records(tmp_path, "h200")
+    entry = tmp_path / paths.history_entry("h200", HEAD, "case", "time/v/p")
+    entry.parent.mkdir(parents=True)
+    entry.write_text("{}")
+    packed = archive.pack("h200", tmp_path / "a", 10 * 2**20)
+    with tarfile.open(packed["file"]) as tar:
+        assert not [m for m in tar.getnames() if "/history/" in m]
 
 
 def rewrite(name: Path, edit) -> None:
