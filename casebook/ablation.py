@@ -112,4 +112,5 @@ def _timed(job: stage.PointJob, runnable: contract.Runnable, settings: dict[str,
                              seed, samples_path, timing.host_floor(floor_path),
                              speed_of_light.for_target(job.plugin, job.tuned,
                                                        job.plugin.outputs(job.variant),
-                                                       job.target))}
+                                                       job.target,
+                                                       timing.host_peaks(floor_path)))}

@@ -251,6 +251,25 @@ def _bound_text(found: dict[str, Any]) -> str:
             f"{found['basis']})")
 
 
+def _measured_peaks_text(measured: dict[str, Any] | None,
+                         datasheet: dict[str, Any] | None) -> str:
+    """This host's own peaks, measured with its noise floor, beside the datasheet's
+    (``datasheet``: the GPU's entry; None on a CPU host, where no GPU bound applies)."""
+    if not measured:
+        return ("This host's own matmul and copy peaks: not measured (its noise-floor "
+                "record was made before they were)")
+    math = measured["matmul_math"]
+    text = (f"This host's own peaks, measured with its noise floor: {math} matmul "
+            f"{measured['matmul_flops']:.3g} FLOP/s, copy {measured['copy_bytes_per_s']:.3g} "
+            f"B/s ({measured['basis']})")
+    if datasheet is None:
+        return text + "; no GPU's bound applies to this host's times"
+    rate = datasheet["tensor_flops"].get(math)
+    return (text + f"; the bound uses {rate:.3g} FLOP/s {math} and "
+            f"{datasheet['memory_bytes_per_s']:.3g} B/s, the higher of these and the "
+            f"datasheet's")
+
+
 def light_lines(ev: Evidence) -> list[str]:
     """The speed-of-light bound beside each GPU measurement and the fraction of it the
     median reaches; on a CPU target, each point's bound on every GPU of
@@ -261,8 +280,10 @@ def light_lines(ev: Evidence) -> list[str]:
     if not hasattr(plugin, "work"):
         return []
     params = {p["name"]: p["params"] for p in ev.spec["points"]}
+    measured = (ev.noise_floor or {}).get("peaks")
     if ev.target != "cpu":
-        lines = []
+        entry = speed_of_light.with_measured(speed_of_light.peaks()[ev.target], measured)
+        lines = [_measured_peaks_text(measured, entry)]
         for kind, found in (("time", ev.time), ("baseline", ev.baselines)):
             for (name, point), r in found.items():
                 bound = r.get("speed_of_light")
@@ -270,7 +291,7 @@ def light_lines(ev: Evidence) -> list[str]:
                     outputs = (plugin.outputs(name) if kind == "time"
                                else plugin.baseline_outputs(name))
                     bound = speed_of_light.bound(plugin.work(params[point], outputs),
-                                                 ev.target)
+                                                 ev.target, entry)
                 if bound is None:
                     continue
                 reach = ("the median fell below it: refused as impossible" if not r["timed"]
@@ -279,7 +300,7 @@ def light_lines(ev: Evidence) -> list[str]:
                 lines.append(f"Speed of light, {name} @ {point}: {_bound_text(bound)}; {reach}")
         return lines
     computed = {tuple(plugin.outputs(v)) for v in ev.variants}
-    lines = []
+    lines = [_measured_peaks_text(measured, None)]
     for point in ev.points:
         for outputs in sorted(computed):
             work = plugin.work(params[point], outputs)

@@ -5,8 +5,10 @@ A case's plug-in states a point's minimum work (``work(params, outputs)``: the F
 the outputs' math, the bytes that must cross memory at least once, and the lowest
 precision whose tensor cores could compute it exactly); ``configs/peaks.yaml`` gives each
 target GPU's dense tensor throughput per precision and memory bandwidth, each with its
-source. The bound is max(FLOPs / tensor peak, bytes / bandwidth). A measured median below
-it is impossible, and the measurement is refused as a guard refuses one (``refuse``).
+source, raised to the host's own measured matmul and copy rates where those are higher
+(``with_measured``; ``measure.peaks``, kept with the noise floor). The bound is
+max(FLOPs / tensor peak, bytes / bandwidth). A measured median below it is impossible,
+and the measurement is refused as a guard refuses one (``refusal``).
 """
 
 from __future__ import annotations
@@ -72,14 +74,38 @@ def bound(work: dict[str, Any], gpu: str, entry: dict[str, Any] | None = None
             "source": entry["source"]}
 
 
+def with_measured(entry: dict[str, Any], measured: dict[str, Any] | None) -> dict[str, Any]:
+    """A GPU's peaks ``entry`` where this host's own measured ones (``measure.peaks``, in
+    its noise-floor record; None: not measured) are higher: a bound never refuses what the
+    host was measured doing. The entry says which it used."""
+    if not measured:
+        return entry
+    flops = dict(entry["tensor_flops"])
+    math = measured["matmul_math"]
+    raised = []
+    if math in flops and flops[math] is not None and measured["matmul_flops"] > flops[math]:
+        flops[math] = measured["matmul_flops"]
+        raised.append(f"{math} tensor rate")
+    memory = entry["memory_bytes_per_s"]
+    if measured["copy_bytes_per_s"] > memory:
+        memory = measured["copy_bytes_per_s"]
+        raised.append("memory bandwidth")
+    return {**entry, "tensor_flops": flops, "memory_bytes_per_s": memory,
+            "source": entry["source"] + (f" Raised to this host's measured {' and '.join(raised)}."
+                                         if raised else "")}
+
+
 def for_target(plugin: Any, params: dict[str, Any], outputs: tuple[str, ...],
-               target: str) -> dict[str, Any] | None:
-    """The bound of a runnable computing ``outputs`` at ``params`` on GPU ``target``;
-    None on a CPU target or for a case whose plug-in states no ``work``."""
+               target: str, measured: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The bound of a runnable computing ``outputs`` at ``params`` on GPU ``target``, at
+    the higher of its datasheet's peaks and this host's ``measured`` ones; None on a CPU
+    target or for a case whose plug-in states no ``work``."""
     hook = getattr(plugin, "work", None)
     if target == "cpu" or hook is None:
         return None
-    return bound(hook(params, tuple(outputs)), target)
+    entry = peaks().get(target)  # None: bound() names the missing entry
+    return bound(hook(params, tuple(outputs)), target,
+                 entry and with_measured(entry, measured))
 
 
 def refusal(median_s: float, found: dict[str, Any]) -> str | None:

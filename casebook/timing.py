@@ -15,7 +15,7 @@ import numpy as np
 
 from casebook import config, evidence, history, paths, records, speed_of_light, stage, verify
 from casebook.errors import CasebookError
-from casebook.measure import engine, guards, noise, pinning, stats, table
+from casebook.measure import engine, guards, noise, peaks, pinning, stats, table
 from kernels import contract
 from kernels.contract import Runnable
 
@@ -56,6 +56,12 @@ def cache_for(runnable: Runnable, measurement: dict[str, Any], case_cache: str) 
 def host_floor(floor_path: str) -> float:
     """The host's noise floor from its record: every interval is at least this wide."""
     return records.read(floor_path, "noise_floor")["noise_floor"]
+
+
+def host_peaks(floor_path: str) -> dict[str, Any] | None:
+    """The host's own measured peaks, kept with its noise floor (None: a record made
+    before they were measured)."""
+    return records.read(floor_path, "noise_floor").get("peaks")
 
 
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
@@ -122,7 +128,8 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
         **measure(runnable, lambda rng: job.plugin.make_inputs(job.tuned, rng), settings,
                   cache_for(runnable, settings, job.spec["measurement"]["cache"]), seed,
                   samples_path, host_floor(floor_path), speed_of_light.for_target(
-                      job.plugin, job.tuned, job.plugin.outputs(variant), target),
+                      job.plugin, job.tuned, job.plugin.outputs(variant), target,
+                      host_peaks(floor_path)),
                   verify.oracle_check(job.plugin, job.tuned, job.spec, job.path, runnable))}))
 
 
@@ -156,7 +163,8 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
         **body, **measure(runnable, lambda rng: plugin.make_inputs(params, rng), settings,
                            spec["measurement"]["cache"], seed, samples_path,
                            host_floor(floor_path), speed_of_light.for_target(
-                               plugin, params, plugin.baseline_outputs(baseline), target),
+                               plugin, params, plugin.baseline_outputs(baseline), target,
+                               host_peaks(floor_path)),
                            verify.oracle_check(plugin, params, spec, path, runnable))}))
 
 
@@ -245,14 +253,14 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
             runnable, lambda rng, tuned=tuned: plugin.make_inputs(tuned, rng),
             verify.oracle_check(plugin, tuned, job.spec, job.path, runnable))
         bounds[f"variant {name}"] = speed_of_light.for_target(
-            plugin, tuned, plugin.outputs(name), target)
+            plugin, tuned, plugin.outputs(name), target, host_peaks(floor_path))
     for name in dict.fromkeys(p["baseline"] for p in measured):
         runnable = plugin.baseline(name, job.params, build_dir=job.build_dir)
         workloads[f"baseline {name}"] = engine.Workload(
             runnable, lambda rng: plugin.make_inputs(job.params, rng),
             verify.oracle_check(plugin, job.params, job.spec, job.path, runnable))
         bounds[f"baseline {name}"] = speed_of_light.for_target(
-            plugin, job.params, plugin.baseline_outputs(name), target)
+            plugin, job.params, plugin.baseline_outputs(name), target, host_peaks(floor_path))
     # A host stand-in is only compared with its own kind (``comparable``), so the first
     # workload's settings and cache state are every workload's.
     first = next(iter(workloads.values())).runnable
@@ -319,8 +327,10 @@ def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str,
     settings = settings_of(measurement)
     spec = measurement["noise_floor"]
     result = a_a_floor(measurement)
+    measured = peaks.measure(settings, 4 * spec["rounds"] + 1, engine.Devices.find())
     return records.write(out, "noise_floor", {
         "target": target, "workload": f"jitted float32 matmul {spec['size']}×{spec['size']} "
                                       f"(jax.numpy.matmul)",
         "stop_criterion": settings.criterion, "stop_target": settings.target,
-        "repeats": settings.repeats, "pinned_cpu": pinning.pinned_cpu(), **result})
+        "repeats": settings.repeats, "pinned_cpu": pinning.pinned_cpu(), **result,
+        "peaks": measured})

@@ -128,7 +128,7 @@ def test_a_series_faster_than_its_speed_of_light_refuses_the_comparison(
     (a bound of an hour) refuses the whole comparison, its samples kept."""
     from casebook import speed_of_light
 
-    def bound(plugin, params, outputs, target):
+    def bound(plugin, params, outputs, target, measured=None):
         return {**speed_of_light.bound({"flops": 1, "bytes": 1, "math": "bf16",
                                         "basis": "test"}, "h200"), "bound_s": 3600.0}
 

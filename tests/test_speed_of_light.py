@@ -109,8 +109,9 @@ def test_a_cpu_page_states_each_points_bound_on_every_gpu_never_measured():
     spec = config.load_case("configs/cases", "grouped_gemm_fp8_bf16")
     ev = SimpleNamespace(case=spec["name"], target="cpu", spec=spec,
                          variants=[v["name"] for v in spec["variants"]],
-                         points=[p["name"] for p in spec["points"]])
-    lines = conditions.light_lines(ev)
+                         points=[p["name"] for p in spec["points"]], noise_floor=None)
+    peaks_line, *lines = conditions.light_lines(ev)
+    assert "own matmul and copy peaks: not measured" in peaks_line
     assert len(lines) == len(spec["points"])
     assert all("not measured on GPU: H100" in line and "B200" in line for line in lines)
     assert speed_of_light.for_target(grouped, spec["points"][0]["params"], ("out",),
@@ -125,3 +126,43 @@ def test_the_methods_page_states_the_rule_and_every_peak_with_its_source():
     for gpu in ("h100", "h200", "b200"):
         assert f"{gpu}: NVIDIA" in rule
     assert rule.count("datasheet") == 3
+
+
+MEASURED = {"matmul_flops": 1.2e15, "matmul_math": "bf16", "copy_bytes_per_s": 1e12,
+            "clock_kind": "cupti_kernel", "basis": "a test's"}
+
+
+def test_a_measured_peak_above_the_datasheet_raises_the_bound_and_one_below_does_not():
+    """A bound never refuses what the host was measured doing: an H200 measured at a
+    bf16 rate above its datasheet's bounds bf16 work by the measured rate; its copy,
+    below the datasheet's bandwidth, leaves the bandwidth alone."""
+    entry = speed_of_light.peaks()["h200"]
+    raised = speed_of_light.with_measured(entry, MEASURED)
+    assert raised["tensor_flops"]["bf16"] == 1.2e15 > entry["tensor_flops"]["bf16"]
+    assert raised["tensor_flops"]["fp8"] == entry["tensor_flops"]["fp8"]
+    assert raised["memory_bytes_per_s"] == entry["memory_bytes_per_s"]
+    assert raised["source"].endswith("Raised to this host's measured bf16 tensor rate.")
+    assert speed_of_light.with_measured(entry, None) is entry
+    work = {"flops": 2 * 4096**3, "bytes": 1, "math": "bf16", "basis": "test"}
+    plugin = SimpleNamespace(work=lambda params, outputs: work)
+    datasheet = speed_of_light.for_target(plugin, {}, ("out",), "h200")
+    measured = speed_of_light.for_target(plugin, {}, ("out",), "h200", MEASURED)
+    assert measured["bound_s"] == pytest.approx(work["flops"] / 1.2e15)
+    assert measured["bound_s"] < datasheet["bound_s"]
+
+
+def test_this_hosts_own_peaks_are_measured_and_shown_beside_the_bound():
+    from casebook.measure import engine, peaks
+
+    settings = timing.default_settings(criterion="fixed_count", count=5, repeats=1)
+    found = peaks.measure(settings, 1, engine.Devices(None, "no GPU: test"))
+    assert found["matmul_math"] == "f32" and found["clock_kind"] == "host"
+    assert 1e8 < found["matmul_flops"] < 1e14 and 1e8 < found["copy_bytes_per_s"] < 1e13
+    spec = config.load_case("configs/cases", "splash_attention")
+    ev = SimpleNamespace(case=spec["name"], target="cpu", spec=spec,
+                         variants=[v["name"] for v in spec["variants"]],
+                         points=[p["name"] for p in spec["points"]],
+                         noise_floor={"peaks": found})
+    line = conditions.light_lines(ev)[0]
+    assert line.startswith("This host's own peaks, measured with its noise floor: f32")
+    assert "no GPU's bound applies" in line
