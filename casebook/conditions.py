@@ -265,7 +265,9 @@ def _measured_peaks_text(measured: dict[str, Any] | None,
     if datasheet is None:
         return text + "; no GPU's bound applies to this host's times"
     rate = datasheet["tensor_flops"].get(math)
-    return (text + f"; the bound uses {rate:.3g} FLOP/s {math} and "
+    compute = (f"{rate:.3g} FLOP/s {math}" if rate is not None else
+               f"the datasheet's tensor rates (it states none for {math})")
+    return (text + f"; the bound uses {compute} and "
             f"{datasheet['memory_bytes_per_s']:.3g} B/s, the higher of these and the "
             f"datasheet's")
 

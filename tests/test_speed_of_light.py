@@ -166,3 +166,15 @@ def test_this_hosts_own_peaks_are_measured_and_shown_beside_the_bound():
     line = conditions.light_lines(ev)[0]
     assert line.startswith("This host's own peaks, measured with its noise floor: f32")
     assert "no GPU's bound applies" in line
+
+
+def test_peaks_measured_in_a_precision_the_datasheet_lacks_leave_its_rates():
+    """A GPU target's noise floor measured on a host without a GPU (float32): the bound
+    keeps the datasheet's tensor rates, and the condition says why."""
+    cpu_made = {**MEASURED, "matmul_math": "f32", "matmul_flops": 2e11,
+                "copy_bytes_per_s": 8e9}
+    entry = speed_of_light.peaks()["h200"]
+    assert speed_of_light.with_measured(entry, cpu_made)["tensor_flops"] == \
+        entry["tensor_flops"]
+    text = conditions._measured_peaks_text(cpu_made, entry)
+    assert "the datasheet's tensor rates (it states none for f32)" in text
