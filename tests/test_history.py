@@ -222,7 +222,8 @@ def test_two_real_commits_of_one_binary_are_judged_by_the_same_binary_rule(
             done = subprocess.run(
                 [sys.executable, "-c", MEASURE_IN_WORKTREE, "splash_attention",
                  "xla_dot_product_attention", "mha_causal_f16"], cwd=tree, text=True,
-                capture_output=True, env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(tree), os.environ.get("PYTHONPATH")]))},
                 timeout=480)
             assert done.returncode == 0, done.stderr[-3000:]
             kept[name] = tree / done.stdout.strip().splitlines()[-1]
