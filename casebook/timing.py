@@ -9,6 +9,7 @@ before they are timed, so a baseline that computes something else cannot win.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,9 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
                                 cache_mode, seed, engine.Devices.find())
     except guards.Unmeasurable as error:
         table.write(samples_path, [])
-        return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {error}"}
+        refusals = getattr(error, "refusals", {})  # the guards that caught a cheat
+        return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {error}",
+                **({"refused_by": sorted(refusals)} if refusals else {})}
     table.write(samples_path, result.rows)
     summary = {**result.summary(settings.confidence, floor), "samples_file": samples_path}
     if bound is None:
@@ -87,7 +90,7 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
     why = speed_of_light.refusal(summary["median_s"], bound)
     if why:
         return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {why}",
-                "speed_of_light": bound}
+                "refused_by": ["speed_of_light"], "speed_of_light": bound}
     return {"timed": True, "measurement": summary, "speed_of_light": {
         **bound, "fraction": speed_of_light.fraction(summary["median_s"], bound)}}
 
@@ -299,15 +302,37 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
                         for name, m in result.items()}})
 
 
-def a_a_floor(measurement: dict[str, Any]) -> dict[str, Any]:
+# A guard refusing one of casebook's own workloads (the A/A matmul, the peaks' matmul
+# and copy: honest by construction) is a stall of a loaded host, not a cheat; such a
+# measurement is made again, at most this many times, and the record lists each refusal.
+OWN_WORKLOAD_RETRIES = 2
+
+
+def _retried(measure: Callable[..., Any], refusals: list[str]) -> Callable[..., Any]:
+    """``measure`` made again on a guard's refusal, OWN_WORKLOAD_RETRIES times at most;
+    each refusal's message is added to ``refusals``."""
+    def again(*args: Any) -> Any:
+        for _ in range(OWN_WORKLOAD_RETRIES):
+            try:
+                return measure(*args)
+            except guards.TimerFooled as error:
+                refusals.append(str(error))
+        return measure(*args)
+    return again
+
+
+def a_a_floor(measurement: dict[str, Any], refusals: list[str] | None = None
+              ) -> dict[str, Any]:
     """The A/A protocols of ``measurement.noise_floor``, measured with the time stages'
     settings: separate measurements (the record's ``noise_floor``) and interleaved ones
-    (``paired``)."""
+    (``paired``). A guard's refusal of the A/A workload is retried (``_retried``) and
+    added to ``refusals``."""
     settings = settings_of(measurement)
     spec = measurement["noise_floor"]
     devices = engine.Devices.find()
     workload = noise.matmul_workload(spec["size"])
     twin = noise.matmul_workload(spec["size"])  # A': the same computation, its own inputs
+    refusals = [] if refusals is None else refusals
 
     def one(seed: int) -> engine.Measurement:
         return engine.measure(workload, settings, spec["cache"], seed, devices)
@@ -318,19 +343,22 @@ def a_a_floor(measurement: dict[str, Any]) -> dict[str, Any]:
                                           spec["cache"], 2 * spec["rounds"] + 2 * seed,
                                           devices)
 
-    return {**noise.a_a(one, spec["rounds"], spec["quantile"]),
-            "paired": noise.a_a_paired(pair, spec["rounds"], spec["quantile"])}
+    return {**noise.a_a(_retried(one, refusals), spec["rounds"], spec["quantile"]),
+            "paired": noise.a_a_paired(_retried(pair, refusals), spec["rounds"],
+                                       spec["quantile"])}
 
 
 def noise_floor(target: str, measurement: dict[str, Any], out: str) -> dict[str, Any]:
     """Stage: this host's A/A noise floor record."""
     settings = settings_of(measurement)
     spec = measurement["noise_floor"]
-    result = a_a_floor(measurement)
-    measured = peaks.measure(settings, 4 * spec["rounds"] + 1, engine.Devices.find())
+    refusals: list[str] = []
+    result = a_a_floor(measurement, refusals)
+    measured = _retried(peaks.measure, refusals)(settings, 4 * spec["rounds"] + 1,
+                                                  engine.Devices.find())
     return records.write(out, "noise_floor", {
         "target": target, "workload": f"jitted float32 matmul {spec['size']}×{spec['size']} "
                                       f"(jax.numpy.matmul)",
         "stop_criterion": settings.criterion, "stop_target": settings.target,
         "repeats": settings.repeats, "pinned_cpu": pinning.pinned_cpu(), **result,
-        "peaks": measured})
+        "peaks": measured, "guard_refusals_retried": refusals})

@@ -29,9 +29,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    """A fresh generator per test; its seed is printed so a failure can be replayed."""
-    seed = secrets.randbits(63)
+def rng(request) -> np.random.Generator:
+    """A fresh generator per test; its seed is printed so a failure can be replayed. A
+    test marked ``seed(n)`` (a statistical claim with no bound tight enough to fail less
+    than once in a million runs: docs/testing.md lists them) draws from seed n."""
+    marked = request.node.get_closest_marker("seed")
+    seed = marked.args[0] if marked else secrets.randbits(63)
     print(f"seed={seed}")
     return np.random.default_rng(seed)
 

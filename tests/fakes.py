@@ -1,4 +1,5 @@
-"""Fakes of cuda-python's runtime, NVML and CUPTI, passed in where the engine takes tools.
+"""Fakes of cuda-python's runtime, NVML and CUPTI, passed in where the engine takes tools,
+and a host clock that reads booked durations (``BOOKED``).
 
 They keep a simulated device clock: a kernel launched on a stream advances that stream's
 time by its duration; events and CUPTI records read it. Nothing is monkeypatched.
@@ -12,6 +13,8 @@ import time
 import types
 from collections.abc import Iterator
 from typing import Any
+
+from casebook.measure import clocks, engine
 
 OK = 0
 LAUNCH_NS = 500  # simulated launch latency: host launch to kernel start
@@ -74,7 +77,8 @@ class Cudart:
         return (OK,)
 
     def cudaDeviceSynchronize(self):
-        time.sleep(self.device.pending_host_s)
+        if self.device.pending_host_s:  # sleep(0) would yield the CPU: ms on a busy host
+            time.sleep(self.device.pending_host_s)
         self.device.pending_host_s = 0.0
         return (OK,)
 
@@ -167,3 +171,31 @@ def tools(device: Device, nvml: Nvml | None = None, cupti: bool = True) -> Any:
 
     return gpu.Tools(cudart=Cudart(device), nvml=nvml or Nvml([]),
                      cupti=Cupti(device) if cupti else None)
+
+
+class BookedTime:
+    """A host clock that reads the duration the last call booked (``BookedTime.last``),
+    not the time it took: no preemption of a loaded test machine moves a sample."""
+
+    kind = "host"
+    description = "the time each call booked"
+    resolution_s = 1e-9
+    last = 0.0
+
+    def time(self, launch, wait):
+        out = launch()
+        wait(out)
+        return out, clocks.Timing(seconds=self.last, host_s=self.last)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class Booked(engine.Devices):
+    """A host without a GPU whose every measurement reads ``BookedTime``."""
+
+    def clock(self, wanted, runnable):
+        return BookedTime()
+
+
+BOOKED = Booked(None, "no GPU: test")

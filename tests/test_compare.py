@@ -56,23 +56,28 @@ def point(tmp_path, monkeypatch):
 def test_twice_the_work_measured_interleaved_reads_slower_by_half(point, tmp_path):
     floor = floor_record(tmp_path / "floor.json", paired=0.05)
     out, samples = str(tmp_path / "compare.json"), str(tmp_path / "compare.samples.csv")
-    record = timing.compare_point(point, MEASUREMENT, floor, out, samples)
+    # At least 20 rounds: the 90% interval of the median ratio then leaves out the 5 most
+    # extreme rounds on either side (order statistics), so a few rounds with a preempted
+    # sample on a loaded host move neither the verdict nor the median; with 5 rounds the
+    # interval is the rounds' whole range, and one stalled sample sets it.
+    record = timing.compare_point(point, {**MEASUREMENT, "min_samples": 20}, floor, out,
+                                  samples)
     assert records.read(out, "compare") == record and record["measured"]
     measured, listed = record["pairs"]
     assert listed == point.pairs[1]  # carried, never measured
     assert measured["design"] == "paired" and measured["noise_floor"] == 0.05
     assert measured["verdict"] == "SLOWER" and measured["printable"]
     # Twice the calls, not twice the sample: each sample's own costs (the wait and the
-    # fetch around the call) are paid once, so the ratio lands at or a little above 1/2
-    # (0.60 at the interval's top in 2 of 8 runs under jax 0.11.2).
-    assert 0.4 < measured["speedup_ci_low"] <= measured["speedup"] <= measured[
-        "speedup_ci_high"] < 0.7
+    # fetch around the call) are paid once, so the median ratio lands at or a little
+    # above 1/2; the interval's ends are the load's, not the work's.
+    assert measured["speedup_ci_low"] <= measured["speedup"] <= measured["speedup_ci_high"]
+    assert 0.4 < measured["speedup"] < 0.7
     rows = list(csv.DictReader(Path(samples).read_text().splitlines()))
     assert {r["subject"] for r in rows} == {"variant mgpu", "baseline dense_masked"}
     by_subject = {s: [int(r["round"]) for r in rows if r["subject"] == s]
                   for s in ("variant mgpu", "baseline dense_masked")}
     assert by_subject["variant mgpu"] == by_subject["baseline dense_masked"]
-    assert len(by_subject["variant mgpu"]) == measured["rounds"] >= 5
+    assert len(by_subject["variant mgpu"]) == measured["rounds"] >= 20
     for name, summary in record["measurement"].items():
         assert summary["samples"] == len(by_subject[name])
 

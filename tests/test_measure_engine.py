@@ -47,16 +47,18 @@ def test_honest_work_is_measured_with_every_guard_passed():
 
 
 def test_warmup_calls_are_never_sampled():
+    """The first two calls book a "compilation" of 50 ms, the rest WORK_S each (on a
+    clock that reads what a call booked): no sample is a warm-up call."""
     calls = []
 
     def call(x):
-        calls.append(time.perf_counter())
-        time.sleep(0.05 if len(calls) <= 2 else WORK_S)  # "compilation" on the first two
+        calls.append(None)
+        fakes.BookedTime.last = 0.05 if len(calls) <= 2 else WORK_S
         return x * 2
 
     r = honest()._replace(call=call)
-    m = engine.measure(engine.Workload(r, inputs), QUICK, "hot", 1, CPU)
-    assert max(m.kept) < 0.05
+    m = engine.measure(engine.Workload(r, inputs), QUICK, "hot", 1, fakes.BOOKED)
+    assert m.kept == [WORK_S] * 15
 
 
 def test_cold_rotates_input_sets_past_the_last_level_cache():
@@ -145,15 +147,26 @@ def cached_blindly() -> Runnable:
     return honest()._replace(call=call)
 
 
-@pytest.mark.parametrize(("fixture", "message"), [
-    (returns_early, "returns before its work is done"),
-    (side_stream, "stream the timer does not see"),
-    (cached_by_identity, "reused across samples"),
-    (cached_blindly, "identical output"),
+def refused_by(workload: engine.Workload, devices=CPU) -> dict[str, str]:
+    """The guards that refused measuring ``workload``, each with its message: every guard
+    runs, so which of them fires first (a matter of timing) decides nothing."""
+    with pytest.raises(guards.TimerFooled) as refused:
+        engine.measure(workload, QUICK, "hot", 1, devices)
+    assert str(refused.value).startswith(next(iter(refused.value.refusals)))
+    return refused.value.refusals
+
+
+@pytest.mark.parametrize(("fixture", "guard", "message"), [
+    (returns_early, "early_return", "returns before its work is done"),
+    (side_stream, "unseen_stream", "stream the timer does not see"),
+    (cached_by_identity, "reused_result", "reused across samples"),
+    (cached_blindly, "reused_result", "identical output"),
 ], ids=["early-return", "side-stream", "cache-by-identity", "cache-blind"])
-def test_the_harness_catches_a_timer_being_fooled(fixture, message):
-    with pytest.raises(guards.TimerFooled, match=message):
-        engine.measure(engine.Workload(fixture(), inputs), QUICK, "hot", 1, CPU)
+def test_the_harness_catches_a_timer_being_fooled(fixture, guard, message):
+    """The guard meant for the cheat is among those that refuse it (others may too: a
+    side stream's backlog also skews the samples, as work_per_call sees under load)."""
+    refusals = refused_by(engine.Workload(fixture(), inputs))
+    assert message in refusals.get(guard, ""), refusals
 
 
 def test_settings_check_themselves():
@@ -219,9 +232,8 @@ def test_cuda_events_catch_work_on_a_stream_they_do_not_see():
         return x * 2
 
     runnable = gpu_runnable(device)._replace(call=call)
-    with pytest.raises(guards.TimerFooled, match="stream the timer does not see"):
-        engine.measure(engine.Workload(runnable, inputs), QUICK, "hot", 1,
-                       engine.Devices(tools))
+    refusals = refused_by(engine.Workload(runnable, inputs), engine.Devices(tools))
+    assert "stream the timer does not see" in refusals.get("unseen_stream", ""), refusals
 
 
 @pytest.mark.parametrize("facts", [
@@ -347,8 +359,8 @@ def test_a_call_wrong_only_when_timed_is_refused():
         return x * 2 if len(calls) <= 3 else x * 3
 
     r = honest()._replace(call=call)
-    with pytest.raises(guards.TimerFooled, match="timed_output: a timed call gave a wrong"):
-        engine.measure(engine.Workload(r, inputs, doubling_check), QUICK, "hot", 1, CPU)
+    refusals = refused_by(engine.Workload(r, inputs, doubling_check))
+    assert "a timed call gave a wrong" in refusals.get("timed_output", ""), refusals
 
 
 def test_a_call_that_changes_its_inputs_is_refused():
@@ -357,10 +369,9 @@ def test_a_call_that_changes_its_inputs_is_refused():
         x[0] += 1.0  # state kept in the input
         return x * 2
 
-    with pytest.raises(guards.TimerFooled, match=r"inputs_intact: the call changed its "
-                                                 r"inputs: argument\(s\) \[0\]"):
-        engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
-                       1, CPU)
+    refusals = refused_by(engine.Workload(honest()._replace(call=call), inputs))
+    assert "the call changed its inputs: argument(s) [0]" in refusals.get("inputs_intact", ""), \
+        refusals
 
 
 def test_a_call_that_replaces_the_clock_is_refused():
@@ -372,9 +383,8 @@ def test_a_call_that_replaces_the_clock_is_refused():
         return x * 2
 
     try:
-        with pytest.raises(guards.TimerFooled, match=r"untampered: .*time\.perf_counter_ns"):
-            engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK,
-                           "hot", 1, CPU)
+        refusals = refused_by(engine.Workload(honest()._replace(call=call), inputs))
+        assert "time.perf_counter_ns" in refusals.get("untampered", ""), refusals
     finally:
         time.perf_counter_ns = real
     assert engine.TRUSTED.replaced() == []
@@ -390,8 +400,8 @@ def test_a_gpu_library_replaced_before_it_was_noted_is_named():
 
 
 def test_one_stall_is_not_work_hidden_in_a_few_calls():
-    """One sample stalled 60× the work makes the mean several times the median; a
-    re-check of as many calls clears it."""
+    """One sample stalled 60× the work makes the mean several times the median (unless
+    load slowed the others too); a re-check of as many calls clears it."""
     calls = []
 
     def call(x):
@@ -401,7 +411,9 @@ def test_one_stall_is_not_work_hidden_in_a_few_calls():
 
     m = engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
                        1, CPU)
-    assert m.guards["work_per_call"]["rechecks"] == 1
+    # How many re-checks it took depends on the host's load (the guard's own tests give
+    # it samples, test_measure_guards.py); that it passed does not.
+    assert m.guards["work_per_call"]["passed"]
 
 
 def test_work_done_in_one_call_of_several_is_refused():
@@ -414,9 +426,8 @@ def test_work_done_in_one_call_of_several_is_refused():
             time.sleep(4 * WORK_S)
         return x * 2
 
-    with pytest.raises(guards.TimerFooled, match="work_per_call: the samples hide work"):
-        engine.measure(engine.Workload(honest()._replace(call=call), inputs), QUICK, "hot",
-                       1, CPU)
+    refusals = refused_by(engine.Workload(honest()._replace(call=call), inputs))
+    assert "the samples hide work" in refusals.get("work_per_call", ""), refusals
 
 
 def test_the_real_gpu_libraries_are_not_taken_for_replaced_ones():
@@ -428,3 +439,28 @@ def test_the_real_gpu_libraries_are_not_taken_for_replaced_ones():
     watch = engine.TRUSTED.with_tools(tools)
     assert watch.replaced() == []
     assert {name for (owner, name) in watch.loaded if owner is cudart} == set(tamper.CUDA)
+
+
+def test_a_refusal_of_casebooks_own_workload_is_retried_a_stated_number_of_times():
+    """The A/A matmul and the peaks are honest by construction: a guard refusing one is a
+    stall of a loaded host, measured again (timing.OWN_WORKLOAD_RETRIES times at most)
+    with every refusal kept for the record; one more refusal stands."""
+    def refused(times: int):
+        calls = []
+
+        def measure(seed):
+            calls.append(seed)
+            if len(calls) <= times:
+                raise guards.TimerFooled(f"stall {len(calls)}")
+            return seed * 10
+        return measure, calls
+
+    retries = timing.OWN_WORKLOAD_RETRIES
+    measure, calls = refused(retries)
+    refusals: list[str] = []
+    assert timing._retried(measure, refusals)(3) == 30
+    assert calls == [3] * (retries + 1)
+    assert refusals == [f"stall {i + 1}" for i in range(retries)]
+    measure, _ = refused(retries + 1)
+    with pytest.raises(guards.TimerFooled, match=f"stall {retries + 1}"):
+        timing._retried(measure, [])(3)

@@ -123,6 +123,7 @@ def test_a_row_that_sees_no_key_gets_zero_gradient(rng, interpreter):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.seed(20261205)  # two bf16 kernels at twice one's tolerance: no oracle's bound
 def test_gradients_match_upstream_tpu_splash_backward_in_interpret_mode(rng, interpreter):
     """Same inputs and cotangent through both ports' VJPs: upstream's own gradients."""
     mask = mask_of("combined", 2, rng)

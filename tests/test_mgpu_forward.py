@@ -193,6 +193,7 @@ def test_a_row_that_sees_no_key_gives_zero(rng, interpreter):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.seed(20261205)  # two bf16 kernels at twice one's tolerance: no oracle's bound
 def test_matches_upstream_tpu_splash_in_interpret_mode(rng, interpreter):
     """Same inputs through both kernels: upstream's own answer, not only the oracle's."""
     mask = mask_of("combined", 2, rng)

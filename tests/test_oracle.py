@@ -105,5 +105,7 @@ def test_oracle_with_segments_soft_cap_per_head_masks_and_empty_rows(rng):
     np.testing.assert_allclose(out, want_out, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.isinf(lse), np.isinf(want_lse))
     finite = np.isfinite(want_lse)
-    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-12)
+    # lse = max + log Σ is near 0 for some rows: an absolute term (|lse| < 5 here, its
+    # float64 error ~1e-15) keeps a relative tolerance from failing on a crossing.
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-12, atol=1e-12)
     assert (out[0, 3] == 0).all()

@@ -85,7 +85,8 @@ def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
                          "faster than b at 1 of 1 points"]  # no floor: no speedup printed
     compared(ev, rng, floor=0.02)
     *_, versus = texts(ev)
-    assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.(39|40|41)×", versus)
+    # 1.4×, the median of 40 paired ratios each ~2% off: 1.30–1.49 is 30 of its sd away
+    assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.[34]\d×", versus)
     assert status.hardware(evidence(False, [H200, H200], 1, 1)) == "2× NVIDIA H200"
 
 

@@ -28,7 +28,7 @@ from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_
 from test_workflow import edited, make_project, snakemake, tiny_case
 
 from casebook import paths
-from tests.projects import finished_run
+from tests.projects import finished_run, run_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -72,7 +72,7 @@ def on_cluster(project: Path, *args: str) -> subprocess.CompletedProcess:
          # No slurmdbd here: squeue sees jobs finish, sacct never would.
          "--slurm-status-command", "squeue", "--slurm-no-account",
          "--slurm-init-seconds-before-status-checks", "2", *args],
-        cwd=project, capture_output=True, text=True, timeout=800)
+        cwd=project, capture_output=True, text=True, timeout=800, env=run_env())
 
 
 def cluster_project(root: Path) -> Path:

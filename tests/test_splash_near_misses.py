@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from casebook import cases, check_power, config
+from casebook import cases, check_power, config, verify
 from kernels.splash_attention import masks, near_misses, oracle_vjp
 
 CASE_DIR, CASE = "configs/cases", "splash_attention"
@@ -29,12 +29,17 @@ GROSS = {("out", "partial_block_as_full"), ("out", "last_kv_block_skipped"),
          ("dk", "soft_cap_derivative_dropped")}
 
 splash = cases.load(CASE)
+SEED = 20261205
 
 
 @pytest.fixture(scope="module", params=sorted(POINTS))
 def measured(request):
     name = request.param
-    found = check_power.measure(splash, POINTS[name], SPEC, PATH)
+    # A recorded seed: which mutants a draw catches, and how small a bias, are the record's
+    # measurements, not bounds (a gross mutant's margin is ~5×, not a proof).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(verify.SEED_VARIABLE, str(SEED))
+        found = check_power.measure(splash, POINTS[name], SPEC, PATH)
     print(f"\n{name} (seed {found['seed']}): caught {found['caught']} of "
           f"{found['applicable']}; smallest bias detected "
           + ", ".join(f"{o} {b:.3g}" if b is not None else f"{o} none"

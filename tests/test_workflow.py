@@ -24,6 +24,7 @@ from tests.projects import (
     finished_run,
     make_project,
     moved,
+    run_env,
     session_root,
     snakemake,
     tiny_case,
@@ -406,7 +407,8 @@ def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
     run = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
          str(project.parent / "tiny.yaml"), "--forcerun", record, "--", record],
-        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=run_env())
     jobs = []
     while not jobs and run.poll() is None:
         time.sleep(0.05)
@@ -424,7 +426,8 @@ def test_a_killed_run_stops_its_jobs_and_resumes_with_one_command(project):
         resumed = subprocess.run(
             ["sh", "-c", f"{sys.executable} -m snakemake --unlock --configfile ../tiny.yaml "
              f"&& {sys.executable} -m snakemake --cores 2 --rerun-incomplete "
-             f"--configfile ../tiny.yaml"], cwd=project, capture_output=True, text=True)
+             f"--configfile ../tiny.yaml"], cwd=project, capture_output=True, text=True,
+            env=run_env())
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert json.loads((project / record).read_text())["kind"] == "check_power"
         assert re.search(r"^localrule site:", resumed.stdout + resumed.stderr, re.M)

@@ -5,6 +5,9 @@
 - unseen stream: work the timed window never saw. Device clocks report it per sample
   (``Timing.unseen_s``); a runnable's device-wide ``barrier`` right after the wait must
   find nothing left to drain.
+  Both probes start on a drained device (the barrier, where there is one) and judge a lag
+  against the smaller of the median sample and their own calls: samples slowed by the
+  backlog a cheat leaves behind must not widen the margin that would catch it.
 - cached result: a result reused across samples. The first call on fresh input sets
   must not be several times slower than the samples, and two different input sets must
   give different outputs.
@@ -96,7 +99,17 @@ class Unmeasurable(RuntimeError):
 
 
 class TimerFooled(Unmeasurable):
-    """The measured call fooled the timer; the message says how."""
+    """The measured call fooled the timer; the message says how. ``refusals``: each guard
+    that refused it, by name, with its message (empty where one guard was run alone)."""
+
+    def __init__(self, message: str, refusals: dict[str, str] | None = None):
+        super().__init__(message)
+        self.refusals = dict(refusals or {})
+
+    @classmethod
+    def by(cls, refusals: dict[str, str]) -> TimerFooled:
+        """One refusal naming every guard that refused, each message after its name."""
+        return cls("; ".join(f"{name}: {why}" for name, why in refusals.items()), refusals)
 
 
 def _seconds(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -105,27 +118,48 @@ def _seconds(fn: Callable[[], Any]) -> tuple[Any, float]:
     return value, (now_ns() - start) * 1e-9
 
 
-def _too_slow(lag: float, median: float) -> bool:
-    return lag > max(LAG_SHARE * median, ABSOLUTE_S)
+def _too_slow(lag: float, reference: float) -> bool:
+    return lag > max(LAG_SHARE * reference, ABSOLUTE_S)
 
 
-def _persistent_lag(probe: Callable[[], float], median: float) -> tuple[float, int]:
-    """The smallest of ``probe``'s lags, and how many probes ran: a probe that lags is
-    repeated up to RECHECKS times, and the lag stands only if every repeat lags too. A
-    cheat lags on every probe (its work is always pending); a stall on a loaded host
-    delays one."""
-    lags = [probe()]
-    while _too_slow(lags[-1], median) and len(lags) <= RECHECKS:
-        lags.append(probe())
-    return min(lags), len(lags)
+def _waited(runnable: Runnable, args: tuple[Any, ...]) -> Any:
+    """One call on ``args`` and its wait; the output."""
+    out = runnable.call(*args)
+    runnable.sync(out)
+    return out
+
+
+def _settled(runnable: Runnable) -> None:
+    """Drain what earlier calls left behind (the device-wide barrier, where the runnable
+    has one), so that a probe times its own call and not the backlog of the samples."""
+    if runnable.barrier is not None:
+        runnable.barrier()
+
+
+def _persistent_lag(probe: Callable[[], tuple[float, float]], median: float
+                    ) -> tuple[float, float, int]:
+    """The smallest of ``probe``'s lags, the reference it was judged against, and how
+    many probes ran. A probe gives its lag and the median of its own timed calls; the
+    reference is the smaller of that and the ``median`` sample (samples slowed by their
+    own backlog, as calls that leave work behind are on a loaded host, must not widen the
+    margin). A probe that lags is repeated up to RECHECKS times, and the lag stands only
+    if every repeat lags too: a cheat lags on every probe (its work is always pending), a
+    stall on a loaded host delays one."""
+    lags = []
+    while not lags or (_too_slow(*lags[-1]) and len(lags) <= RECHECKS):
+        lag, calls = probe()
+        lags.append((lag, min(median, calls)))
+    lag, reference = min(lags)
+    return lag, reference, len(lags)
 
 
 def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> dict[str, Any]:
-    def fetch_lag() -> float:
-        immediate, settled = [], []
+    def fetch_lag() -> tuple[float, float]:
+        immediate, settled, calls = [], [], []
+        _settled(runnable)
         for _ in range(PROBES if median < SLOW_CALL_S else 1):
-            out = runnable.call(*args)
-            runnable.sync(out)
+            out, called = _seconds(lambda: _waited(runnable, args))
+            calls.append(called)
             _, fetch_now = _seconds(lambda out=out: runnable.fetch(out))
             immediate.append(fetch_now)
             out = runnable.call(*args)
@@ -134,45 +168,69 @@ def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> di
             # of the pause, a median, 4x the LAG_SHARE margin.
             time.sleep(max(median, 2 * fetch_now, 0.005))
             settled.append(_seconds(lambda out=out: runnable.fetch(out))[1])
-        return statistics.median(immediate) - statistics.median(settled)
+            _settled(runnable)
+        return (statistics.median(immediate) - statistics.median(settled),
+                statistics.median(calls))
 
-    lag, probes = _persistent_lag(fetch_lag, median)
-    if _too_slow(lag, median):
+    lag, reference, probes = _persistent_lag(fetch_lag, median)
+    if _too_slow(lag, reference):
         raise TimerFooled(
             f"the call returns before its work is done: fetching its output right after "
             f"the wait took at least {lag * 1e3:.3g} ms longer than once it had settled, "
-            f"on each of {probes} probes (median sample {median * 1e3:.3g} ms)")
+            f"on each of {probes} probes (median sample {median * 1e3:.3g} ms, a probe's "
+            f"call {reference * 1e3:.3g} ms)")
     return {"passed": True, "detail": f"fetch after the wait lags a settled fetch by "
                                       f"{max(lag, 0) * 1e6:.3g} µs ({probes} probe(s))"}
 
 
-def unseen_work(runnable: Runnable, args: tuple[Any, ...], timings: Sequence[Timing],
-                median: float) -> dict[str, Any]:
+def _unseen(timings: Sequence[Timing]) -> tuple[bool, float, float]:
+    """Whether the median sample of ``timings`` saw work outside its window; that work
+    and the median sample."""
     unseen = float(np.median([t.unseen_s for t in timings]))
-    if unseen > max(UNSEEN_SHARE * median, ABSOLUTE_S):
+    median = float(np.median([t.seconds for t in timings]))
+    return unseen > max(UNSEEN_SHARE * median, ABSOLUTE_S), unseen, median
+
+
+def unseen_work(runnable: Runnable, args: tuple[Any, ...], timings: Sequence[Timing],
+                median: float, series: Callable[[int], list[Timing]]) -> dict[str, Any]:
+    """Refuse work the timer did not see: in the median sample (and so in each of
+    RECHECKS further series of as many calls, ``series(n)``: a barrier preempted on a
+    loaded host is a stall, work on another stream is left by every call), or left for
+    a device-wide barrier right after the wait."""
+    suspected, unseen, _ = _unseen(timings)
+    rechecks = 0
+    while suspected and rechecks < RECHECKS:
+        rechecks += 1
+        suspected, again, again_median = _unseen(series(len(timings)))
+    if suspected:
         raise TimerFooled(
             f"work ran on a stream the timer does not see: in the median sample "
             f"{unseen * 1e3:.3g} ms of device work fell outside the timed window against "
-            f"{median * 1e3:.3g} ms timed")
+            f"{median * 1e3:.3g} ms timed, and so on each of {RECHECKS} re-checks (the "
+            f"last: {again * 1e3:.3g} ms against {again_median * 1e3:.3g} ms)")
     detail = (f"device work outside the window: {unseen * 1e6:.3g} µs in the median sample, "
-              f"{sum(t.unseen_s for t in timings) * 1e6:.3g} µs over all")
+              f"{sum(t.unseen_s for t in timings) * 1e6:.3g} µs over all"
+              + (f" (a stall: not so on re-check {rechecks})" if rechecks else ""))
     if runnable.barrier is None:
         return {"passed": True, "detail": detail + "; the runnable has no device-wide "
                                                    "barrier beyond its own wait"}
-    def drain() -> float:
-        drains = []
+    def drain() -> tuple[float, float]:
+        """A barrier after the wait, beyond a barrier on the drained device (what a
+        barrier costs with nothing to wait for: µs on an idle GPU, more on a busy host)."""
+        drains, calls = [], []
         for _ in range(PROBES):
-            out = runnable.call(*args)
-            runnable.sync(out)
-            drains.append(_seconds(runnable.barrier)[1])
-        return statistics.median(drains)
+            _settled(runnable)
+            idle = _seconds(runnable.barrier)[1]
+            calls.append(_seconds(lambda: _waited(runnable, args))[1])
+            drains.append(_seconds(runnable.barrier)[1] - idle)
+        return statistics.median(drains), statistics.median(calls)
 
-    lag, probes = _persistent_lag(drain, median)
-    if _too_slow(lag, median):
+    lag, reference, probes = _persistent_lag(drain, median)
+    if _too_slow(lag, reference):
         raise TimerFooled(
             f"work ran on a stream the timer does not see: a device-wide barrier after "
             f"the wait still took at least {lag * 1e3:.3g} ms, on each of {probes} probes "
-            f"(median sample {median * 1e3:.3g} ms)")
+            f"(median sample {median * 1e3:.3g} ms, a probe's call {reference * 1e3:.3g} ms)")
     return {"passed": True, "detail": detail + f"; barrier after the wait {lag * 1e6:.3g} µs "
                                                f"({probes} probe(s))"}
 
