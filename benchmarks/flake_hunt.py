@@ -44,7 +44,9 @@ def spin(parent: int) -> None:
 @contextlib.contextmanager
 def burning(processes: int) -> Iterator[None]:
     """``processes`` burners spinning for the length of the block."""
-    burners = [multiprocessing.Process(target=spin, args=(os.getpid(),), daemon=True)
+    # spawned, not forked: the hunt's process may hold jax's threads
+    spawn = multiprocessing.get_context("spawn")
+    burners = [spawn.Process(target=spin, args=(os.getpid(),), daemon=True)
                for _ in range(processes)]
     for b in burners:
         b.start()
@@ -73,20 +75,21 @@ def outcomes(report: Path) -> dict[str, tuple[str, str]]:
 
 
 def run_once(python: str, cwd: Path, env: dict[str, str], pytest_args: list[str],
-             log: Path) -> tuple[dict[str, tuple[str, str]], float, int]:
+             log: Path) -> tuple[dict[str, tuple[str, str]], float, int, float]:
     """One pytest process, its output written to ``log``: its outcomes by test id, wall
-    seconds and exit status."""
+    seconds, exit status, and the peak resident memory of its largest process (GiB; a
+    worker the kernel killed for memory shows here first)."""
     with tempfile.TemporaryDirectory() as tmp, log.open("w") as output:
         report = Path(tmp) / "report.xml"
         start = time.perf_counter()
-        done = subprocess.run(
+        process = subprocess.Popen(
             [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=20",
              f"--junitxml={report}", *pytest_args],
-            cwd=cwd, env={**os.environ, **env}, stdout=output,
-            stderr=subprocess.STDOUT, check=False)
+            cwd=cwd, env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         found = outcomes(report) if report.exists() else {}
-    return found, wall, done.returncode
+    return found, wall, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 2**20
 
 
 def hunt(runs: int, burner: int, python: str, cwd: Path, env: dict[str, str],
@@ -99,10 +102,11 @@ def hunt(runs: int, burner: int, python: str, cwd: Path, env: dict[str, str],
     per_run = []
     with burning(burner):
         for number in range(runs):
-            found, wall, status = run_once(python, cwd, env, pytest_args,
-                                           logs / f"run{number + 1}.log")
+            found, wall, status, peak_gib = run_once(python, cwd, env, pytest_args,
+                                                     logs / f"run{number + 1}.log")
             counts = Counter(outcome for outcome, _ in found.values())
             per_run.append({"run": number, "wall_s": round(wall, 1), "exit_status": status,
+                            "peak_rss_gib": round(peak_gib, 2),
                             **{k: counts.get(k, 0) for k in
                                ("passed", "failed", "error", "skipped")}})
             failing = []
@@ -111,7 +115,8 @@ def hunt(runs: int, burner: int, python: str, cwd: Path, env: dict[str, str],
                 if outcome in ("failed", "error"):
                     messages[test].append(message)
                     failing.append(f"  {outcome}: {test}: {message}")
-            print(f"run {number + 1}/{runs}: {dict(counts)}, {wall:.0f} s, exit {status}",
+            print(f"run {number + 1}/{runs}: {dict(counts)}, {wall:.0f} s, exit {status}, "
+                  f"peak {peak_gib:.1f} GiB",
                   *failing, sep="\n", file=sys.stderr, flush=True)
     varied = {test: dict(Counter(seen)) for test, seen in history.items()
               if len(set(seen)) > 1 or len(seen) < runs}
