@@ -1,9 +1,10 @@
-"""A GPU host's records in one archive: packed there, checked and imported here.
+"""An accelerator host's records (a GPU's or a TPU's) in one archive: packed there,
+checked and imported here.
 
 ``pack`` puts ``results/<target>/`` and the run's logs (as ``results/<target>/logs/``)
 into one .tar.xz under a size limit, leaving the raw sample tables out when they would
 not fit (and saying so). ``import_archive`` refuses an archive unless every member is a
-plain file under one ``results/<target>/`` of a GPU target, every record passes its
+plain file under one ``results/<target>/`` of an accelerator target, every record passes its
 schema, and all records name one clean commit of this repository; it then replaces
 ``results/<target>/`` as a whole (staged beside it, then renamed), but for its store of
 results across commits (``history/``), which is kept and gains the archive's timed
@@ -28,7 +29,7 @@ from typing import Any
 from casebook import history, paths, provenance, records
 from casebook.errors import CasebookError
 
-GPU_TARGETS = ("h100", "h200", "b200")
+ACCELERATOR_TARGETS = ("h100", "h200", "b200", "tpu-v5e")  # hosts a window runs on
 LOGS_IN_RESULTS = "logs"
 HISTORY_IN_RESULTS = "history"
 _ALLOWED = re.compile(r".*\.(json|csv|yaml)$")
@@ -138,9 +139,9 @@ def _check_open(archive: Path, tar: tarfile.TarFile) -> tuple[str, str, list[tar
     if len(targets) != 1:
         raise CasebookError(archive, None, f"holds targets {sorted(targets)}; one expected")
     (target,) = targets
-    if target not in GPU_TARGETS:
+    if target not in ACCELERATOR_TARGETS:
         raise CasebookError(archive, f"results/{target}",
-                            f"not a GPU target ({', '.join(GPU_TARGETS)})")
+                            f"not an accelerator target ({', '.join(ACCELERATOR_TARGETS)})")
     commits: dict[str, str] = {}
     for member in members:
         parts = PurePosixPath(member.name).parts

@@ -79,15 +79,18 @@ def _tool_version(tool: str) -> str | None:
     return lines[-1].strip() if lines else None
 
 
-def capture(lock_platform: str) -> dict[str, Any]:
-    """The environment record body for the lock of ``lock_platform`` (cpu or cuda)."""
+def capture(lock_platform: str, target: str = "cpu") -> dict[str, Any]:
+    """The environment record body for the lock of ``lock_platform`` (cpu or cuda), on a
+    host of ``target`` (an offline accelerator host's drift says what its bundle leaves
+    out on purpose)."""
     lock = paths.lock_file(lock_platform)
     references = read_lock(paths.REFERENCE_LOCK)
     locked = {**read_lock(lock), **references}
     found = installed()
-    from casebook.wheelhouse import NOT_CARRIED
+    from casebook.wheelhouse import HOST_OF_TARGET, HOSTS
 
-    mismatches = drift(locked, found, NOT_CARRIED if lock_platform == "cuda" else None)
+    host = HOSTS.get(HOST_OF_TARGET.get(target, ""))
+    mismatches = drift(locked, found, host.not_carried if host else None)
     return {
         "python": {
             "version": platform.python_version(),
@@ -120,4 +123,4 @@ def run(lock_platform: str, target: str, out: str) -> dict[str, Any]:
     """Stage 1: write this machine's environment record."""
     from casebook import records
 
-    return records.write(out, "env", {"target": target, **capture(lock_platform)})
+    return records.write(out, "env", {"target": target, **capture(lock_platform, target)})

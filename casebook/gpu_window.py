@@ -1,4 +1,5 @@
-"""One short run on a GPU host: steps in priority order, each stopped at its budget.
+"""One short run on an accelerator host (a GPU's or a TPU's): steps in priority order,
+each stopped at its budget.
 
 The plan is configs/gpu-window.yaml: env, host and noise-floor records first, then each
 case's measured points (a point's comparison, with the verify, time and baseline records
@@ -14,7 +15,8 @@ outcome) and packs ``results/<target>/`` and the logs into one archive
     python -m casebook.gpu_window --out DIR [--target h200]   # run it, archive in DIR
 
 ``--plan`` names another plan: configs/gpu-window-short.yaml (220 s) fits the device time
-a session may have left after a full window.
+a session may have left after a full window; configs/tpu-window.yaml is the TPU host's
+(benchmarks/tpu_host.sh).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
 
 def describe(window: dict[str, Any], target: str) -> str:
     """The plan as printed by --dry-run: each step, its budget, what it runs."""
-    lines = [f"GPU window for target {target}: {len(window['steps'])} steps and packing, "
+    lines = [f"Window for target {target}: {len(window['steps'])} steps and packing, "
              f"at most {window['total_s']:g} s in all (archive <= {window['archive_mib']:g} MiB)"]
     overlay = "<window config>"
     start = 0.0
@@ -218,8 +220,10 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
 
 
 def host_target() -> str:
+    """This host's device class: its GPU's, else its TPU's, else cpu."""
     gpus, _ = hostcapture.gpu_facts()
-    return hostcapture.device_class(gpus)
+    tpus = [] if gpus else hostcapture.tpu_facts()[0]
+    return hostcapture.device_class(gpus, tpus)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if target == "cpu" or found != target:
             raise CasebookError("--target", None, f"{target}: this host is {found}; the window "
-                                "measures a GPU host of the target's kind")
+                                "measures an accelerator host of the target's kind")
         if args.out is None:
             raise CasebookError("--out", None, "name the folder for the archive")
         if not re.fullmatch(r"[0-9a-f]{40}", provenance.commit()):

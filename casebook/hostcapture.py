@@ -1,4 +1,5 @@
-"""Condition 2 (hardware): the host and its GPUs as found. No GPU is a fact, not a crash."""
+"""Condition 2 (hardware): the host, its GPUs and TPUs as found. No accelerator is a fact,
+not a crash."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from casebook.errors import CasebookError
 
 # GPU product names -> the device classes results are keyed by.
 GPU_CLASSES = {"H100": "h100", "H200": "h200", "B200": "b200"}
+# TPU device kinds (JAX's ``device_kind``) -> device classes: a v5e chip calls itself
+# "TPU v5 lite".
+TPU_CLASSES = {"TPU v5 lite": "tpu-v5e", "TPU v5e": "tpu-v5e"}
+TARGETS = ("cpu", *GPU_CLASSES.values(), *dict.fromkeys(TPU_CLASSES.values()))
 # The device classes that run a kernel built for each architecture (compute capability
 # 9.0 and 10.0: an sm_90a kernel does not run on a B200, nor an sm_100a one on Hopper).
 ARCH_CLASSES = {"sm_90a": ("h100", "h200"), "sm_100a": ("b200",)}
@@ -96,27 +101,55 @@ def _runtime_facts(index: int, cudart: Any = None) -> dict[str, Any]:
     }
 
 
-def device_class(gpus: list[dict[str, Any]]) -> str:
-    """``cpu`` with no GPU, else the class of GPU 0 (e.g. ``h200``)."""
-    if not gpus:
-        return "cpu"
-    name = gpus[0]["name"]
-    for product, target in GPU_CLASSES.items():
-        if product in name:
-            return target
-    raise CasebookError("configs/config.yaml", "target",
-                        f"unknown GPU {name!r}: set target to one of cpu, h100, h200, b200")
+def tpu_facts(jax: Any = None) -> tuple[list[dict[str, Any]], str | None]:
+    """``(tpus, reason)``: one dict per TPU chip this process's jax runs on, or none and
+    the reason why."""
+    if jax is None:
+        import jax
+    try:
+        devices = jax.devices()
+    except RuntimeError as error:
+        return [], f"no TPU: jax found no device ({error})"
+    if not devices or devices[0].platform != "tpu":
+        return [], f"no TPU: jax runs on {devices[0].platform if devices else 'nothing'}"
+    backend = devices[0].client
+    tpus = []
+    for device in devices:
+        stats = device.memory_stats() or {}
+        tpus.append({"index": device.id, "name": device.device_kind,
+                     "memory_bytes": stats.get("bytes_limit"),
+                     "platform_version": str(backend.platform_version),
+                     "jax_version": jax.__version__})
+    return tpus, None
+
+
+def device_class(gpus: list[dict[str, Any]], tpus: list[dict[str, Any]] = ()) -> str:
+    """The class of GPU 0 (e.g. ``h200``), else of TPU 0 (``tpu-v5e``), else ``cpu``."""
+    for found, classes, kind in ((gpus, GPU_CLASSES, "GPU"), (tpus, TPU_CLASSES, "TPU")):
+        if found:
+            name = found[0]["name"]
+            for product, target in classes.items():
+                if product in name:
+                    return target
+            raise CasebookError("configs/config.yaml", "target",
+                                f"unknown {kind} {name!r}: set target to one of "
+                                f"{', '.join(TARGETS)}")
+    return "cpu"
 
 
 def capture() -> dict[str, Any]:
-    """The host record body."""
+    """The host record body: its TPUs asked only where it has no GPU (a GPU host's jax
+    runs on the GPU)."""
     gpus, reason = gpu_facts()
+    tpus, tpu_reason = ([], None) if gpus else tpu_facts()
     return {
         "hostname": platform.node(),
         "cpu": cpu_facts(),
         "gpus": gpus,
         "gpu_status": reason or f"{len(gpus)} GPU(s)",
-        "device_class": device_class(gpus),
+        **({"tpus": tpus, "tpu_status": f"{len(tpus)} TPU chip(s)"} if tpus else
+           {"tpu_status": tpu_reason} if tpu_reason else {}),
+        "device_class": device_class(gpus, tpus),
     }
 
 

@@ -1,11 +1,14 @@
-"""An offline wheelhouse for the GPU host: the wheels it lacks, in parts that fit a transfer.
+"""An offline wheelhouse for an accelerator host: the wheels it lacks, in parts that fit a
+transfer. One mechanism, two hosts (``HOSTS``): the GPU host (env/cuda.lock, cp312) and
+the TPU host (env/cpu.lock, cp311: the CPU lock's Python and jax are that host's).
 
-``build`` takes env/cuda.lock, drops what env/gpu-host.txt says the host has (and what
-those packages depend on, which the host has with them) and what the host never needs
-(``NOT_CARRIED``), downloads the rest for cp312 manylinux x86_64 with their lock hashes,
-and packs them into tar parts of at most ``max_part`` bytes; a wheel larger than a part is
-cut into chunks. The configured cases' reference sources that env/reference.lock provides
-travel as the files alone (laid out as under site-packages), so the host hashes the same
+``build`` takes the host's lock, drops what its package list (env/gpu-host.txt,
+env/tpu-host.txt) says the host has (and what those packages depend on, which the host
+has with them) and what the host never needs (``Host.not_carried``), downloads the rest
+for the host's Python on manylinux x86_64 with their lock hashes, and packs them into tar
+parts of at most ``max_part`` bytes; a wheel larger than a part is cut into chunks. The
+configured cases' reference sources that env/reference.lock provides travel as the files
+alone (laid out as under site-packages), so the host hashes the same
 bytes as condition 1 without the package.
 
 ``install`` runs on the host with nothing but Python and pip: it checks that every part is
@@ -15,8 +18,8 @@ packages (put the target first on PYTHONPATH).
 
 Standard library only at import: ``install`` runs before anything is installed.
 
-    python -m casebook.wheelhouse plan                      # what is carried, and why not
-    python -m casebook.wheelhouse build OUT [--max-part-mib 60]
+    python -m casebook.wheelhouse plan [--host tpu]         # what is carried, and why not
+    python -m casebook.wheelhouse build OUT [--host tpu] [--max-part-mib 60]
     python -m casebook.wheelhouse install PARTS_DIR TARGET
     python -m casebook.wheelhouse commit PARTS_DIR          # this tree's commit, checked
 """
@@ -39,7 +42,6 @@ from casebook.envcapture import normalize
 from casebook.errors import CasebookError
 from casebook.provenance import file_sha256
 
-HOST_FILE = paths.ENV_DIR / "gpu-host.txt"
 MIB = 1 << 20
 DEFAULT_MAX_PART = 60 * MIB
 MANIFEST = "wheelhouse.json"
@@ -47,16 +49,20 @@ REQUIREMENTS = "requirements.txt"
 SOURCES = "sources"  # reference files, laid out as under site-packages
 TREE_STAMP = "tree.json"  # the commit and files of the tree the bundle was made from
 FORMAT = 1
-# The host's platform, as pip's download tags name it.
-PLATFORM = {"python_version": "3.12", "abi": "cp312", "implementation": "cp",
+
+def _manylinux(python: str) -> dict:
+    """pip's download tags for CPython ``python`` ("3.12") on manylinux x86_64."""
+    abi = "cp" + python.replace(".", "")
+    return {"python_version": python, "abi": abi, "implementation": "cp",
             "platforms": [f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)]}
-# Locked packages the GPU host never needs, with why (their own dependencies drop too).
-NOT_CARRIED = {
+
+
+# Locked packages no accelerator host needs, with why (their own dependencies drop too).
+_NEVER = {
     "ruff": "lint, run where the code is edited",
     "uv": "`make lock`, run where the locks are made",
     "playwright": "the site's browser tests, run where the site is built",
     "snakemake-executor-plugin-slurm": "cluster submission; the host runs jobs locally",
-    "nvidia-cuda-cuobjdump": "the host has cuobjdump 13 on PATH",
     "nvidia-cutlass-dsl": "the port is compiled here and carried exported, as a library that "
                           "needs no CuTe DSL (kernels/grouped_gemm_fp8_bf16/aot.py)",
     "nvidia-cutlass-dsl-libs-base": "part of CuTe DSL (see nvidia-cutlass-dsl)",
@@ -64,10 +70,48 @@ NOT_CARRIED = {
     "nvidia-cutlass-dsl-libs-cu12": "part of CuTe DSL (see nvidia-cutlass-dsl)",
     "nvidia-curand": "headers for compiling example 69's harness, which is compiled here "
                      "and carried (build/grouped_gemm_fp8_bf16/ex69/)",
-    "cuda-python": "a metapackage over cuda-bindings (pinning its version), which the host "
-                   "has; casebook imports cuda.bindings",
-    "nvidia-cuda-nvdisasm": "the host has nvdisasm 13 on PATH",
 }
+_NO_CUDA = "the CUDA toolchain: a TPU host compiles and runs no CUDA"
+
+
+@dataclass(frozen=True)
+class Host:
+    """An offline accelerator host: its lock, its package list, its Python's wheel tags
+    and the locked packages it never needs, with why."""
+
+    name: str
+    lock: str  # paths.lock_file's platform
+    package_list: Path
+    platform: dict
+    not_carried: dict[str, str]
+
+
+HOSTS = {
+    "gpu": Host("gpu", "cuda", paths.ENV_DIR / "gpu-host.txt", _manylinux("3.12"), {
+        **_NEVER,
+        "nvidia-cuda-cuobjdump": "the host has cuobjdump 13 on PATH",
+        "cuda-python": "a metapackage over cuda-bindings (pinning its version), which the "
+                       "host has; casebook imports cuda.bindings",
+        "nvidia-cuda-nvdisasm": "the host has nvdisasm 13 on PATH",
+    }),
+    "tpu": Host("tpu", "cpu", paths.ENV_DIR / "tpu-host.txt", _manylinux("3.11"), {
+        **_NEVER,
+        **dict.fromkeys(("nvidia-cutlass", "nvidia-cuda-nvcc", "nvidia-cuda-crt",
+                         "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl",
+                         "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"), _NO_CUDA),
+        "cuda-python": "the CUDA runtime's bindings: a TPU host has no GPU (casebook reports "
+                       "'no GPU' without them)",
+        "cuda-bindings": "see cuda-python",
+        **dict.fromkeys(("pytest", "pytest-timeout", "pytest-xdist", "hypothesis"),
+                        "the tests run where the code is edited; the TPU window runs the "
+                        "pipeline's records only"),
+        **dict.fromkeys(("matplotlib", "pandas"),
+                        "figures and pages are drawn where the window's archive is imported "
+                        "(the bundle must fit the device's 64 MiB with the tree)"),
+    }),
+}
+# A target's offline host, where it has one.
+HOST_OF_TARGET = {"h100": "gpu", "h200": "gpu", "b200": "gpu", "tpu-v5e": "tpu"}
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
 _VIA = re.compile(r"^\s+#\s+(?:via\s+)?(\S.*)$")
@@ -113,8 +157,8 @@ def read_lock(path: Path) -> dict[str, Pin]:
     return pins
 
 
-def read_host(path: Path = HOST_FILE) -> dict[str, str | None]:
-    """``{package: version or None}`` of the GPU host (``python`` included)."""
+def read_host(path: Path = HOSTS["gpu"].package_list) -> dict[str, str | None]:
+    """``{package: version or None}`` of a host's package list (``python`` included)."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -131,10 +175,12 @@ def read_host(path: Path = HOST_FILE) -> dict[str, str | None]:
     return found
 
 
-def plan(lock: dict[str, Pin], host: dict[str, str | None]) -> dict[str, dict[str, str]]:
+def plan(lock: dict[str, Pin], host: dict[str, str | None],
+         not_carried: dict[str, str] = HOSTS["gpu"].not_carried) -> dict[str, dict[str, str]]:
     """Each locked package: ``carry``, or why not. The host has its listed packages and
     what they require (pip installed them together); a package is needed when the lock's
-    ``.in`` asks for it or a needed package requires it, unless it is never carried."""
+    ``.in`` asks for it or a needed package requires it, unless it is never carried
+    (``not_carried``)."""
     with_host = dict.fromkeys(host, "listed")
     grew = True
     while grew:
@@ -143,12 +189,12 @@ def plan(lock: dict[str, Pin], host: dict[str, str | None]) -> dict[str, dict[st
             by = sorted(pin.via & set(with_host))
             if name not in with_host and by:
                 with_host[name], grew = f"required by {by[0]}", True
-    needed = {n for n, pin in lock.items() if "-r" in pin.via and n not in NOT_CARRIED}
+    needed = {n for n, pin in lock.items() if "-r" in pin.via and n not in not_carried}
     frontier = list(needed)
     while frontier:
         parent = frontier.pop()
         for name, pin in lock.items():
-            if parent in pin.via and name not in needed and name not in NOT_CARRIED:
+            if parent in pin.via and name not in needed and name not in not_carried:
                 needed.add(name)
                 frontier.append(name)
     out = {}
@@ -157,8 +203,8 @@ def plan(lock: dict[str, Pin], host: dict[str, str | None]) -> dict[str, dict[st
             seen = host.get(name) or "version not read"
             why = (f"on the host ({seen}; locked {pin.version})" if name in host
                    else f"on the host, {with_host[name]}")
-        elif name in NOT_CARRIED:
-            why = f"not needed there: {NOT_CARRIED[name]}"
+        elif name in not_carried:
+            why = f"not needed there: {not_carried[name]}"
         elif name not in needed:
             why = "needed only by packages not carried"
         else:
@@ -167,8 +213,9 @@ def plan(lock: dict[str, Pin], host: dict[str, str | None]) -> dict[str, dict[st
     return out
 
 
-def carried(lock: dict[str, Pin], host: dict[str, str | None]) -> list[Pin]:
-    decisions = plan(lock, host)
+def carried(lock: dict[str, Pin], host: dict[str, str | None],
+            not_carried: dict[str, str] = HOSTS["gpu"].not_carried) -> list[Pin]:
+    decisions = plan(lock, host, not_carried)
     return [lock[n] for n, d in decisions.items() if d["decision"] == "carry"]
 
 
@@ -177,7 +224,7 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
                            "--disable-pip-version-check"], capture_output=True, text=True)
 
 
-def _fetch(pin: Pin, into: Path) -> dict:
+def _fetch(pin: Pin, into: Path, platform: dict) -> dict:
     """Download ``pin``'s wheel for the host; a pin published only as an sdist is
     downloaded (hash-checked) and built into a pure-Python wheel, whose own sha256 then
     pins it. Returns the manifest entry's provenance."""
@@ -186,9 +233,9 @@ def _fetch(pin: Pin, into: Path) -> dict:
     requirement = folder / "pin.txt"
     requirement.write_text(pin.requirement())
     done = _pip("download", "--only-binary=:all:", "--require-hashes",
-                "--python-version", PLATFORM["python_version"], "--abi", PLATFORM["abi"],
-                "--implementation", PLATFORM["implementation"],
-                *(f"--platform={p}" for p in PLATFORM["platforms"]),
+                "--python-version", platform["python_version"], "--abi", platform["abi"],
+                "--implementation", platform["implementation"],
+                *(f"--platform={p}" for p in platform["platforms"]),
                 "-r", str(requirement), "-d", str(folder))
     if done.returncode == 0:
         return {"pin": pin.name, "from": "wheel"}
@@ -207,10 +254,10 @@ def _fetch(pin: Pin, into: Path) -> dict:
     return {"pin": pin.name, "from": f"sdist {source.name} ({pin.hashes[0]}), built here"}
 
 
-def _download(pins: list[Pin], into: Path) -> list[tuple[Path, dict]]:
-    """``(wheel, provenance)`` of every pin, fetched in parallel."""
+def _download(pins: list[Pin], into: Path, platform: dict) -> list[tuple[Path, dict]]:
+    """``(wheel, provenance)`` of every pin for ``platform``, fetched in parallel."""
     with ThreadPoolExecutor(8) as pool:
-        origins = list(pool.map(lambda pin: _fetch(pin, into), pins))
+        origins = list(pool.map(lambda pin: _fetch(pin, into, platform), pins))
     out = []
     for pin, origin in zip(pins, origins, strict=True):
         (wheel,) = (into / pin.name).glob("*.whl")
@@ -265,12 +312,12 @@ def reference_sources() -> list[tuple[Path, str, str]]:
     return out
 
 
-def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = None,
-          host_path: Path = HOST_FILE, sources: list[tuple[Path, str, str]] = ()) -> dict:
-    """Download the carried wheels and pack them, and ``sources`` (reference files laid
-    out as under site-packages), into ``out/wheelhouse-NN.tar`` parts."""
-    lock_path = lock_path or paths.lock_file("cuda")
-    pins = carried(read_lock(lock_path), read_host(host_path))
+def build(out: Path, max_part: int = DEFAULT_MAX_PART, host: Host = HOSTS["gpu"],
+          sources: list[tuple[Path, str, str]] = ()) -> dict:
+    """Download the wheels ``host`` lacks and pack them, and ``sources`` (reference files
+    laid out as under site-packages), into ``out/wheelhouse-NN.tar`` parts."""
+    lock_path = paths.lock_file(host.lock)
+    pins = carried(read_lock(lock_path), read_host(host.package_list), host.not_carried)
     reserve = 256 * 1024  # the manifest, requirements and tar headers of a part
     if max_part < 2 * reserve:
         raise CasebookError("--max-part-mib", None, f"{max_part} bytes is too small a part")
@@ -280,7 +327,7 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         staging = Path(tmp)
         wheels, files, requirements = [], [], []
-        for wheel, origin in _download(pins, staging):
+        for wheel, origin in _download(pins, staging, host.platform):
             wheel = wheel.rename(staging / wheel.name)
             entry = {"file": wheel.name, "sha256": file_sha256(wheel), "size": wheel.stat().st_size,
                      **origin}
@@ -307,8 +354,9 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, lock_path: Path | None = 
                     break
             else:
                 bins.append([item])
-        manifest = {"format": FORMAT, "parts": len(bins), "max_part_bytes": max_part,
-                    "platform": PLATFORM, "lock": lock_path.name,
+        manifest = {"format": FORMAT, "host": host.name, "parts": len(bins),
+                    "max_part_bytes": max_part, "platform": host.platform,
+                    "lock": lock_path.name,
                     "lock_sha256": file_sha256(lock_path), "wheels": wheels,
                     "sources": carried_sources}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -397,9 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m casebook.wheelhouse", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("plan", help="each locked package: carried, or why not")
+    planned = sub.add_parser("plan", help="each locked package: carried, or why not")
     make = sub.add_parser("build", help="download and pack the carried wheels")
     make.add_argument("out", type=Path)
+    for command in (planned, make):
+        command.add_argument("--host", choices=sorted(HOSTS), default="gpu")
     make.add_argument("--max-part-mib", type=float, default=DEFAULT_MAX_PART / MIB)
     put = sub.add_parser("install", help="install the parts into a target folder, offline")
     put.add_argument("parts_dir", type=Path)
@@ -410,11 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "plan":
-            decisions = plan(read_lock(paths.lock_file("cuda")), read_host())
+            host = HOSTS[args.host]
+            decisions = plan(read_lock(paths.lock_file(host.lock)),
+                             read_host(host.package_list), host.not_carried)
             for name, d in decisions.items():
                 print(f"{name}=={d['version']}: {d['decision']}")
         elif args.command == "build":
-            done = build(args.out, int(args.max_part_mib * MIB), sources=reference_sources())
+            done = build(args.out, int(args.max_part_mib * MIB), HOSTS[args.host],
+                         sources=reference_sources())
             (args.out / TREE_STAMP).write_text(json.dumps(provenance.tree_stamp()) + "\n")
             for part in done["written"]:
                 print(f"{args.out / part['file']}: {part['bytes'] / MIB:.1f} MiB")

@@ -181,7 +181,8 @@ ARCHITECTURES = {"sm_90a": ("9.0", "Hopper"), "sm_100a": ("10.0", "Blackwell")}
 def placement(purpose: str, arch: str = "sm_90a") -> tuple[Any, dict[str, Any]]:
     """Where a Mosaic GPU kernel for ``arch`` runs on this host, for ``purpose`` ("check"
     or "time"): ``(interpret, execution)``. A GPU of the kernel's architecture: the real
-    kernel (``interpret=None``); another GPU: refused (``NotRunnable``). No GPU: an sm_90a
+    kernel (``interpret=None``); another GPU or a TPU: refused (``NotRunnable``). No
+    accelerator: an sm_90a
     kernel runs in the interpreter (NaN memory; race detection when checking); an
     sm_100a kernel is refused, as no interpreter runs tcgen05 or tensor memory."""
     import jax
@@ -203,6 +204,10 @@ def placement(purpose: str, arch: str = "sm_90a") -> tuple[Any, dict[str, Any]]:
             "= NaN" + (", race detection on)" if races else ")"),
             interpret=True, poisoned=True, race_detection=races,
             xla_cpu_pool_workers=host_pool_workers())
+    if device.platform == "tpu":
+        raise contract.NotRunnable(f"not runnable on a TPU: a Mosaic GPU ({arch}) kernel needs "
+                                   f"an NVIDIA GPU of compute capability {capability}; this "
+                                   f"host's jax runs on a {device.device_kind}")
     found = getattr(device, "compute_capability", None)
     if found != capability:
         raise contract.NotRunnable(f"a {family} ({arch}) kernel; this host's "

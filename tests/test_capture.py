@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from casebook import envcapture, hostcapture, paths
+from casebook import envcapture, hostcapture, paths, records
 from casebook.errors import CasebookError
 
 
@@ -116,10 +116,40 @@ def test_unknown_gpu_asks_for_a_target():
         hostcapture.device_class([{"name": "Some GPU"}])
 
 
+def fake_jax(platform: str, kinds: list[str]) -> SimpleNamespace:
+    """jax as a host with ``kinds`` devices on ``platform`` shows it."""
+    client = SimpleNamespace(platform_version="PJRT C API\nTFRT TPU v5 lite\nlibtpu 0.0.42")
+    devices = [SimpleNamespace(id=i, platform=platform, device_kind=kind, client=client,
+                               memory_stats=lambda: {"bytes_limit": 16909336064})
+               for i, kind in enumerate(kinds)]
+    return SimpleNamespace(devices=lambda: devices, __version__="0.10.2")
+
+
+def test_a_tpu_is_read_from_jax_and_classed_by_its_device_kind():
+    tpus, reason = hostcapture.tpu_facts(fake_jax("tpu", ["TPU v5 lite"]))
+    assert reason is None
+    assert tpus == [{"index": 0, "name": "TPU v5 lite", "memory_bytes": 16909336064,
+                     "platform_version": "PJRT C API\nTFRT TPU v5 lite\nlibtpu 0.0.42",
+                     "jax_version": "0.10.2"}]
+    assert hostcapture.device_class([], tpus) == "tpu-v5e"
+    # a GPU comes first, where a host has both
+    assert hostcapture.device_class([{"name": "NVIDIA H200"}], tpus) == "h200"
+    with pytest.raises(CasebookError, match=r"unknown TPU 'TPU v4'.*tpu-v5e"):
+        hostcapture.device_class([], [{"name": "TPU v4"}])
+
+
+def test_jax_on_a_cpu_is_no_tpu():
+    tpus, reason = hostcapture.tpu_facts(fake_jax("cpu", ["cpu"]))
+    assert tpus == [] and reason == "no TPU: jax runs on cpu"
+    assert hostcapture.tpu_facts() == ([], "no TPU: jax runs on cpu")  # this host
+
+
 def test_this_host_capture_never_crashes():
     body = hostcapture.capture()
     assert body["cpu"]["logical_cores"] >= 1 and body["cpu"]["memory_bytes"] > 0
-    assert body["device_class"] in {"cpu", "h100", "h200", "b200"}
+    assert body["device_class"] in hostcapture.TARGETS
+    records.check("host.json", "host", records.stamp("host", {"target": body["device_class"],
+                                                              **body}))
 
 
 def test_a_gpu_target_on_a_host_without_it_is_refused(tmp_path):

@@ -323,7 +323,7 @@ def test_members_outside_one_gpu_target_are_refused(tmp_path, member, message):
 
 
 def test_a_cpu_archive_is_refused(tmp_path):
-    with pytest.raises(CasebookError, match="not a GPU target"):
+    with pytest.raises(CasebookError, match="not an accelerator target"):
         archive.import_archive(make_archive(tmp_path, target="cpu"), tmp_path / "repo")
 
 

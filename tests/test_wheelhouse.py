@@ -101,7 +101,7 @@ def make_wheel(folder: Path, name: str, payload_bytes: int) -> Path:
 @pytest.fixture
 def parts(tmp_path, monkeypatch):
     """A wheelhouse of two real wheels, one larger than a part, built with a fake download."""
-    def download(pins, into):
+    def download(pins, into, platform):
         out = []
         for pin, size in zip(pins, (900_000, 1_000), strict=True):
             folder = into / pin.name
@@ -110,7 +110,7 @@ def parts(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(wheelhouse, "_download", download)
-    monkeypatch.setattr(wheelhouse, "carried", lambda lock, host: [
+    monkeypatch.setattr(wheelhouse, "carried", lambda lock, host, not_carried: [
         wheelhouse.Pin("bigpkg", "1.0", ["sha256:" + "0" * 64]),
         wheelhouse.Pin("smallpkg", "1.0", ["sha256:" + "0" * 64])])
     out = tmp_path / "parts"

@@ -18,10 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from casebook.measure import cache, clocks, gpu, guards, pinning, stats, stopping, tamper, throttle
+from casebook.measure import (
+    cache,
+    clocks,
+    gpu,
+    guards,
+    pinning,
+    stats,
+    stopping,
+    tamper,
+    throttle,
+    tpu,
+)
 from kernels.contract import Runnable
 
-CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel")
+CLOCKS = ("auto", "host", "cuda_event", "cupti_kernel", "tpu_trace")
 CRITERIA = ("median_precision", "relative_noise", "fixed_count", "time_budget")
 # Throttled samples discarded before the measurement gives up: a device that throttles
 # this often cannot be measured at its rated clock.
@@ -139,17 +150,22 @@ class Measurement:
 
 @dataclasses.dataclass(frozen=True)
 class Devices:
-    """What this host measures with: GPU tools, or None and why there is no GPU."""
+    """What this host measures with: GPU tools, or None and why there is no GPU; and the
+    TPU its jax runs on (JAX's device kind), where it has one."""
 
     tools: gpu.Tools | None
     no_gpu_reason: str | None = None
+    tpu: str | None = None
 
     @classmethod
     def find(cls) -> Devices:
         try:
             return cls(gpu.find())
         except gpu.GpuUnavailable as error:
-            return cls(None, f"no GPU: {error}")
+            try:
+                return cls(None, f"no GPU: {error}", tpu.find())
+            except tpu.TpuUnavailable:
+                return cls(None, f"no GPU: {error}")
 
     def clock(self, wanted: str, runnable: Runnable):
         """The clock ``wanted`` (auto: the finest this host has), but the host clock for a
@@ -158,6 +174,10 @@ class Devices:
         numpy model launches none."""
         if clocks.times_on_host(runnable.execution):
             return clocks.HostClock()
+        if wanted == "tpu_trace" and self.tpu is None:
+            raise tpu.TpuUnavailable(f"clock 'tpu_trace' needs a TPU ({self.no_gpu_reason})")
+        if self.tpu is not None and wanted in ("auto", "tpu_trace"):
+            return tpu.TraceClock()
         if self.tools is None:
             if wanted not in ("auto", "host"):
                 raise gpu.GpuUnavailable(f"clock {wanted!r} needs a GPU ({self.no_gpu_reason})")

@@ -43,8 +43,11 @@ def load_cupti() -> Any | None:
 
 def find(device: int = 0) -> Tools:
     """The tools for ``device``, or GpuUnavailable saying why there are none."""
-    import pynvml
-    from cuda.bindings import runtime as cudart
+    try:
+        import pynvml
+        from cuda.bindings import runtime as cudart
+    except ImportError as error:  # a TPU host's bundle carries neither
+        raise GpuUnavailable(f"the GPU's libraries are not installed ({error})") from None
 
     try:
         count = checked(cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")

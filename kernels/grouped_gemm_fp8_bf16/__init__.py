@@ -102,7 +102,10 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
 def _on_gpu(name: str, grouped: problems.GroupedProblem, purpose: str,
             build_dir: Path | None) -> Runnable:
     """A GPU variant or baseline; NotRunnable where no sm_90 GPU is found. Example 69 is
-    checked through its harness on files and timed through its library."""
+    checked through its harness on files and timed through its library. XLA's ragged dot
+    also runs on a TPU."""
+    if name == "xla_ragged_dot_bf16" and device.on_tpu():
+        return baselines.ragged_dot_bf16(grouped)
     found = device.sm90_device()
     if found is None:
         raise NotRunnable(NO_GPU)

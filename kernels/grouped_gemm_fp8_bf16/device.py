@@ -28,6 +28,13 @@ from kernels.grouped_gemm_fp8_bf16.problems import MODES, GroupedProblem
 HOPPER = (9, 0)  # compute capability the sm_90a binaries run on
 
 
+def on_tpu() -> bool:
+    """Whether this process's jax runs on a TPU."""
+    import jax
+
+    return jax.devices()[0].platform == "tpu"
+
+
 def sm90_device() -> tuple[str, int] | None:
     """(name, SM count) of the first sm_90 GPU, or None. NVML answers first (it fails
     cleanly where no driver is installed); the CUDA driver then gives the SM count."""

@@ -1,8 +1,8 @@
 """Case 02, splash attention: the surface the pipeline calls (kernels.contract).
 
-Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run by
-Pallas's interpreter on the host (the reference), and ``upstream_bwd``, its backward
-(dq, dk, dv through upstream's own custom VJP) run the same way; ``mgpu`` and
+Variants: ``upstream``, JAX's TPU kernel lowered for TPU (on any host) and run on a TPU,
+or elsewhere by Pallas's interpreter on the host (the reference), and ``upstream_bwd``,
+its backward (dq, dk, dv through upstream's own custom VJP) run the same way; ``mgpu`` and
 ``mgpu_mask_tiles``, the Pallas Mosaic GPU port's forward (see ``port``), and
 ``mgpu_bwd``, its backward (dq, dk, dv through the port's custom VJP), lowered for CUDA
 sm_90a and run by the Mosaic GPU interpreter on a CPU host; ``mgpu_sm100a`` and
@@ -155,8 +155,8 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
     """The kernel to ``check`` or to ``time``: the port on a GPU of its architecture, or
     (sm_90a only) in the Mosaic GPU interpreter on a host without a GPU (checking: NaN
-    memory, races); upstream in Pallas's TPU interpreter. An ablation (``ablations``)
-    runs as its variant does."""
+    memory, races); upstream on a TPU itself, elsewhere in Pallas's TPU interpreter. An
+    ablation (``ablations``) runs as its variant does."""
     if variant in ablations.ABLATIONS:
         interpret, execution = mgpu_interpret.placement(purpose, "sm_90a")
         return from_jax(port.make_ablation(variant, params, interpret=interpret), INPUTS,
@@ -170,6 +170,9 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
               else port.make(variant, params, interpret=interpret))
         return from_jax(fn, names, execution)
     make = upstream.make_backward if backward else upstream.make
+    if upstream.on_tpu():
+        return from_jax(make(params, interpret=False), names, contract.execution(
+            f"Pallas Mosaic TPU kernel on {upstream.on_tpu()} (compiled by XLA for the chip)"))
     if purpose == "check":
         fn = make(params, interpret=upstream.checking_mode())
         execution = contract.execution(

@@ -18,6 +18,13 @@ from kernels.splash_attention.masks import segment_ids
 BLOCK_CLASSES = {0: "empty", 1: "partial", 2: "full"}
 
 
+def on_tpu() -> str | None:
+    """The TPU this process's jax runs on (its device kind), or None: upstream's kernel
+    then runs compiled for the chip, not interpreted."""
+    device = jax.devices()[0]
+    return device.device_kind if device.platform == "tpu" else None
+
+
 def mask(params: dict[str, Any]) -> splash.MultiHeadMask:
     n = params["seq_len"]
     spec = params["mask"]

@@ -68,8 +68,9 @@ def case_file(wildcards):
 
 
 def lock_platform(target):
-    """The lock a target's environment is checked against: cuda on a GPU, else cpu."""
-    return "cpu" if target == "cpu" else "cuda"
+    """The lock a target's environment is checked against: cuda on a GPU, else cpu (a TPU
+    host's Python and jax are the CPU lock's)."""
+    return "cuda" if target in hostcapture.GPU_CLASSES.values() else "cpu"
 
 
 def case_inputs(wildcards):
