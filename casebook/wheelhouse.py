@@ -96,7 +96,7 @@ HOSTS = {
     }),
     "tpu": Host("tpu", "cpu", paths.ENV_DIR / "tpu-host.txt", _manylinux("3.11"), {
         **_NEVER,
-        **dict.fromkeys(("nvidia-cutlass", "nvidia-cuda-nvcc", "nvidia-cuda-crt",
+        **dict.fromkeys(("nvidia-cuda-nvcc", "nvidia-cuda-crt",
                          "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl",
                          "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"), _NO_CUDA),
         "cuda-python": "the CUDA runtime's bindings: a TPU host has no GPU (casebook reports "

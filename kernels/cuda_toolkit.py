@@ -13,17 +13,21 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import nvidia
+try:
+    import nvidia
+except ImportError:  # a host without the lock's CUDA wheels (the TPU host)
+    nvidia = None
 
-CUDA_ROOT = Path(next(iter(nvidia.__path__))) / "cu13"  # where the nvidia-cuda-* wheels land
+# Where the nvidia-cuda-* wheels land; None where they are not installed.
+CUDA_ROOT = Path(next(iter(nvidia.__path__))) / "cu13" if nvidia else None
 SASS_MMA = re.compile(r"\bHGMMA\.[0-9A-Za-z_.]+")  # wgmma as it appears in SASS
 RESOURCES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 
 
 def tool(name: str) -> Path | None:
     """The pinned wheel's ``name`` (nvcc, cuobjdump, nvdisasm), else one on PATH, else None."""
-    pinned = CUDA_ROOT / "bin" / name
-    if pinned.exists():
+    pinned = CUDA_ROOT / "bin" / name if CUDA_ROOT else None
+    if pinned and pinned.exists():
         return pinned
     found = shutil.which(name)
     return Path(found) if found else None
@@ -32,7 +36,8 @@ def tool(name: str) -> Path | None:
 def run(args: list[str | Path], **kwargs) -> str:
     """stdout of a tool run; a non-zero exit raises with its stderr."""
     # The pinned tools first; a host's own CUDA (e.g. the nvdisasm cuobjdump calls) after.
-    search = f"{CUDA_ROOT / 'bin'}:{os.environ.get('PATH') or '/usr/bin:/bin'}"
+    found = os.environ.get("PATH") or "/usr/bin:/bin"
+    search = f"{CUDA_ROOT / 'bin'}:{found}" if CUDA_ROOT else found
     done = subprocess.run([str(a) for a in args], capture_output=True, text=True,
                           env={"PATH": search}, **kwargs)
     if done.returncode:
