@@ -220,10 +220,20 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
 
 
 def host_target() -> str:
-    """This host's device class: its GPU's, else its TPU's, else cpu."""
+    """This host's device class: its GPU's, else its TPU's, else cpu. The TPU is asked in
+    a child process: one process at a time can hold the chip, and the window's own must
+    leave it to the jobs it starts."""
     gpus, _ = hostcapture.gpu_facts()
-    tpus = [] if gpus else hostcapture.tpu_facts()[0]
-    return hostcapture.device_class(gpus, tpus)
+    if gpus:
+        return hostcapture.device_class(gpus)
+    asked = subprocess.run(
+        [sys.executable, "-c", "from casebook import hostcapture as h; "
+         "print(h.device_class([], h.tpu_facts()[0]))"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if asked.returncode:
+        raise CasebookError("host", None, f"reading this host's TPU failed: "
+                            f"{asked.stderr.strip()[-1000:]}")
+    return asked.stdout.strip().splitlines()[-1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,9 +159,10 @@ def run(target: str, out: str) -> dict[str, Any]:
 
     body = capture()
     if target != "cpu" and body["device_class"] != target:
+        found = "; ".join(filter(None, (body["gpu_status"], body.get("tpu_status"))))
         raise CasebookError("configs/config.yaml", "target",
                             f"is {target!r} but this host is {body['device_class']!r} "
-                            f"({body['gpu_status']})")
+                            f"({found})")
     return records.write(out, "host", {"target": target, **body})
 
 

@@ -15,7 +15,8 @@ Locally Snakemake limits a resource only when the run names it (``--resources``)
 H200 host once ran 36 such jobs at once: each process's XLA client took its share of the
 device's memory, and the rest failed with "out of memory" or "no supported devices". A
 local run without ``--resources gpu=N`` runs them one at a time. A TPU is held by one
-process at a time: there, a job without the resource keeps its jax off the chip.
+process at a time: there, a job without the resource keeps its jax off the chip
+(``off_device.off_the_chip``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import os
 
 GPU = "gpu"  # the resource every job that runs on the device asks for
-TPU_TARGETS = ("tpu-v5e",)
 
 # The cores of the Snakemake run a job belongs to, in its environment: a job that got
 # fewer (``threads``) ran beside other jobs. Not a param, which would rerun every job of a
@@ -51,19 +51,6 @@ def drop_rate_limit(workflow) -> bool:
     if not workflow.local_exec or getattr(scheduler, "job_rate_limiter", None) is None:
         return False
     scheduler.job_rate_limiter = None
-    return True
-
-
-def off_the_chip(job) -> bool:
-    """Keep a job of a TPU target that does not hold the device (no ``gpu`` resource: a
-    lowering, a figure) off the chip: its jax runs on the CPU (``JAX_PLATFORMS=cpu``),
-    as only one process at a time can open a TPU. ``job``: a script's ``snakemake``
-    object. True if this set it."""
-    target = getattr(getattr(job, "wildcards", None), "target", None)
-    holds = getattr(getattr(job, "resources", None), GPU, 0)
-    if target not in TPU_TARGETS or holds:
-        return False
-    os.environ["JAX_PLATFORMS"] = "cpu"
     return True
 
 

@@ -1,8 +1,10 @@
-"""Jobs that need no GPU stay off it: lowering for CUDA and the check's power run on the
-host. On a GPU host every process that starts an XLA client on the device takes a share
-of its memory, so such a job, run beside the one that measures, could starve it.
+"""Jobs that need no device stay off it: lowering for CUDA and the check's power run on
+the host. On a GPU host every process that starts an XLA client on the device takes a
+share of its memory, so such a job, run beside the one that measures, could starve it.
+A TPU is held by one process at a time: there every job that does not hold the device
+(no ``gpu`` resource) stays off it (``off_the_chip``, from ``worker.fork_from_server``).
 
-Call ``stay_on_host()`` before anything imports jax.
+Call these before anything imports jax.
 """
 
 from __future__ import annotations
@@ -13,3 +15,17 @@ import os
 def stay_on_host() -> None:
     """Give this process's jax the CPU backend only."""
     os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+TPU_TARGETS = ("tpu-v5e",)
+
+
+def off_the_chip(job) -> bool:
+    """Keep a job of a TPU target that does not hold the device (no ``gpu`` resource: a
+    lowering, a figure) on the host. ``job``: a script's ``snakemake`` object. True if this
+    moved it."""
+    target = getattr(getattr(job, "wildcards", None), "target", None)
+    if target not in TPU_TARGETS or getattr(getattr(job, "resources", None), "gpu", 0):
+        return False
+    stay_on_host()
+    return True

@@ -60,10 +60,10 @@ def fork_from_server(job: Any, pins_itself: bool = False) -> None:
     status. ``job``: the script's ``snakemake`` object. A job of several threads runs here
     unless it ``pins_itself`` to one CPU before jax starts (a measurement on target cpu):
     either way its threads run on one CPU, as the server's imports were sized. A job of a
-    TPU target that does not hold the chip keeps off it (``local_scheduler.off_the_chip``)."""
-    from casebook import local_scheduler
+    TPU target that does not hold the chip keeps off it (``off_device.off_the_chip``)."""
+    from casebook import off_device
 
-    local_scheduler.off_the_chip(job)
+    off_device.off_the_chip(job)
     path = os.environ.get(SOCKET)
     several = getattr(job, "threads", 1) > 1 and not pins_itself
     if os.environ.get(IN_CHILD) or not path or several:

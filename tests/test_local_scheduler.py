@@ -5,7 +5,6 @@ at a time unless --resources says otherwise (casebook/local_scheduler.py)."""
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 import sys
 import types
@@ -97,24 +96,3 @@ def test_a_cluster_run_is_left_to_its_nodes():
     assert not local_scheduler.one_gpu_job_at_a_time(workflow)
     assert workflow.global_resources == {}
 
-
-def test_a_tpu_targets_job_without_the_device_keeps_off_the_chip(monkeypatch):
-    """One process at a time can open a TPU: a lowering or a figure of a tpu-v5e run gets
-    the CPU (JAX_PLATFORMS), the job that holds the device keeps it, other targets are
-    left as they are."""
-    from casebook import hostcapture
-
-    assert set(local_scheduler.TPU_TARGETS) == set(hostcapture.TPU_CLASSES.values())
-
-    def job(target, **resources):
-        return types.SimpleNamespace(wildcards=types.SimpleNamespace(target=target),
-                                     resources=types.SimpleNamespace(**resources))
-
-    for kept in (job("tpu-v5e", gpu=1), job("h200", gpu=0), job("cpu"),
-                 types.SimpleNamespace()):
-        monkeypatch.delenv("JAX_PLATFORMS", raising=False)
-        assert not local_scheduler.off_the_chip(kept)
-        assert "JAX_PLATFORMS" not in os.environ
-    assert local_scheduler.off_the_chip(job("tpu-v5e", gpu=0))
-    assert os.environ["JAX_PLATFORMS"] == "cpu"
-    monkeypatch.delenv("JAX_PLATFORMS")

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import jax
 import pytest
 
-from casebook import paths, wheelhouse
+from casebook import off_device, paths, wheelhouse
 from kernels import contract, mgpu_interpret
 from kernels.grouped_gemm_fp8_bf16 import device as grouped_device
 
@@ -64,3 +65,25 @@ def test_the_tpu_bundle_carries_the_pipeline_and_keeps_the_hosts_jax():
     dropped = {"matplotlib", "pandas", "nvidia-cuda-nvcc", "cuda-python", "pytest", "ruff"}
     assert all(decisions[n]["decision"].startswith("not needed there") for n in dropped)
     assert host.platform["abi"] == "cp311" and wheelhouse.HOSTS["gpu"].platform["abi"] == "cp312"
+
+
+def test_a_tpu_targets_job_without_the_device_keeps_off_the_chip(monkeypatch):
+    """One process at a time can open a TPU: a lowering or a figure of a tpu-v5e run gets
+    the CPU (JAX_PLATFORMS), the job that holds the device keeps it, other targets are
+    left as they are."""
+    from casebook import hostcapture
+
+    assert set(off_device.TPU_TARGETS) == set(hostcapture.TPU_CLASSES.values())
+
+    def job(target, **resources):
+        return types.SimpleNamespace(wildcards=types.SimpleNamespace(target=target),
+                                     resources=types.SimpleNamespace(**resources))
+
+    for kept in (job("tpu-v5e", gpu=1), job("h200", gpu=0), job("cpu"),
+                 types.SimpleNamespace()):
+        monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+        assert not off_device.off_the_chip(kept)
+        assert "JAX_PLATFORMS" not in os.environ
+    assert off_device.off_the_chip(job("tpu-v5e", gpu=0))
+    assert os.environ["JAX_PLATFORMS"] == "cpu"
+    monkeypatch.delenv("JAX_PLATFORMS")
