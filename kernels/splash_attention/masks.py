@@ -34,9 +34,10 @@ def visible(params: dict[str, Any]) -> np.ndarray:
     return mask if ids is None else mask & (ids[:, None] == ids[None, :])
 
 
-def visible_count(params: dict[str, Any]) -> int:
-    """The number of True entries of ``visible(params)``, row by row without the [S, S]
-    array: each row sees one contiguous range of keys (mask and segment intersected)."""
+def visible_range(params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)``, each ``[S]`` int64: query i sees exactly the keys low[i]..high[i]
+    (the mask and its segment intersected; an empty row has high < low), without the
+    [S, S] array."""
     n = params["seq_len"]
     q = np.arange(n)
     if params["mask"]["kind"] == "causal":
@@ -49,4 +50,11 @@ def visible_count(params: dict[str, Any]) -> int:
         starts = np.searchsorted(ids, ids, side="left")
         ends = np.searchsorted(ids, ids, side="right") - 1
         low, high = np.maximum(low, starts), np.minimum(high, ends)
+    return low.astype(np.int64), high.astype(np.int64)
+
+
+def visible_count(params: dict[str, Any]) -> int:
+    """The number of True entries of ``visible(params)``, row by row without the [S, S]
+    array (``visible_range``)."""
+    low, high = visible_range(params)
     return int(np.maximum(high - low + 1, 0).sum())
