@@ -102,7 +102,7 @@ def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path
         [[sys.executable, "-c", "print('ok')"]], [sleep], [[sys.executable, "-c", "exit(3)"]]])
     start = time.monotonic()
     done = gpu_window.run(window, "h200", tmp_path / "out")
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 60  # the hung step was cut: its sleep alone is 60 s
     assert [s["status"] for s in done["steps"]] == ["done", "stopped at its budget", "failed"]
     assert done["steps"][2]["exit_code"] == 3
     record = records.read(paths.gpu_window_record("h200"), "gpu_window")
@@ -171,7 +171,7 @@ def test_a_steps_commands_run_in_order_within_its_budget_past_a_failure(tmp_path
     start = time.monotonic()
     assert gpu_window._run_all([sleep, say[0]], start + 1.5, log) == (
         "stopped at its budget", None)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 60  # cut, not slept out
     assert log.read_text() == "0\n1\n2\n"  # the command after the cut one never ran
 
 
@@ -435,7 +435,7 @@ def test_a_stopped_step_leaves_no_job_behind(tmp_path):
     assert (status, code) == ("stopped at its budget", None)
     assert time.monotonic() - start < budget + gpu_window.GRACE_S + 10
     pid = int(pid_file.read_text())
-    for _ in range(50):
+    for _ in range(300):  # SIGKILLed with its group: gone at once, 30 s on a loaded host
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

@@ -106,7 +106,7 @@ def test_a_job_ends_when_its_run_is_killed(when):
     os.kill(child, 0)  # alive while its run is
     run.kill()
     run.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # it polls every 0.05 s: a wide margin under load
     while time.monotonic() < deadline:
         try:
             os.kill(child, 0)
@@ -114,7 +114,7 @@ def test_a_job_ends_when_its_run_is_killed(when):
             return
         time.sleep(0.2)
     os.kill(child, signal.SIGKILL)
-    pytest.fail(f"the job ({when}) outlived its run by 10 s")
+    pytest.fail(f"the job ({when}) outlived its run by 30 s")
 
 
 @pytest.mark.parametrize("fails", [False, True])
