@@ -23,6 +23,10 @@
 #                         bundle, benchmarks/gpu_host.sh --dry-run (installs it with
 #                         --no-index, prints the window's plan), then a time-bounded subset
 #                         of the kernel tests and `snakemake -n` for h200
+#   make tpu-host         what the offline TPU host lacks, in build/tpu-host/ (docs/tpu.md)
+#   make rehearse-tpu     the TPU host rehearsed on this CPU: Python 3.11 with the host's
+#                         packages alone, the bundle installed by benchmarks/tpu_host.sh,
+#                         the window's plan, `snakemake -n` for tpu-v5e, two real jobs
 #   make lock             regenerate env/cpu.lock, env/cuda.lock, env/reference.lock and
 #                         env/rehearsal.lock
 #   make clean            remove generated records, figures and the site
@@ -60,7 +64,8 @@ REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu
 	tests/test_case_outputs.py tests/test_provenance.py tests/test_contract.py \
 	tests/test_moe_nvfp4_sm100.py tests/test_splash_sm100.py tests/test_interpreter_callbacks.py
 
-.PHONY: all run env test test-fast lint bench lock clean chromium gpu-host tpu-host rehearse
+.PHONY: all run env test test-fast lint bench lock clean chromium gpu-host tpu-host rehearse \
+	rehearse-tpu
 all: run
 
 $(STAMP): env/$(LOCK).lock env/reference.lock
@@ -155,6 +160,29 @@ rehearse: gpu-host
 		$(REHEARSED_TESTS)
 	$(IN_HOST) $(HOST_BIN)/python -m snakemake -n --quiet rules --cores all \
 		--config target=h200
+
+# The TPU host rehearsed on this CPU: a Python 3.11 with only the host's own packages (the
+# lock's pins of them), a copy of the tree with the bundle, benchmarks/tpu_host.sh --dry-run
+# (installs the bundle with --no-index, appended to PYTHONPATH; prints the window's plan),
+# `snakemake -n` for tpu-v5e, and the env and host jobs run for real there (target cpu).
+TPU_REHEARSAL := build/tpu-rehearsal
+TPU_TREE := $(CURDIR)/$(TPU_REHEARSAL)/tree
+rehearse-tpu: tpu-host
+	rm -rf $(TPU_REHEARSAL) && mkdir -p $(TPU_REHEARSAL)/tree/build
+	$(PYTHON_cpu) -m venv $(TPU_REHEARSAL)/host
+	$(BIN)/python -m casebook.wheelhouse kept --host tpu > $(TPU_REHEARSAL)/host.txt
+	$(TPU_REHEARSAL)/host/bin/python -m pip install --quiet --disable-pip-version-check \
+		--no-deps --require-hashes -r $(TPU_REHEARSAL)/host.txt
+	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(TPU_TREE)
+	cp -r $(TPU_BUNDLE) $(TPU_TREE)/build/
+	cd $(TPU_TREE) && CASEBOOK_PYTHON=$(CURDIR)/$(TPU_REHEARSAL)/host/bin/python \
+		bash benchmarks/tpu_host.sh $(CURDIR)/$(TPU_REHEARSAL)/out --dry-run --target tpu-v5e
+	cd $(TPU_TREE) && PYTHONPATH=$(TPU_TREE):$(TPU_TREE)/$(TPU_BUNDLE)/site \
+		$(CURDIR)/$(TPU_REHEARSAL)/host/bin/python -m snakemake -n --quiet rules --cores all \
+		--config target=tpu-v5e && \
+		PYTHONPATH=$(TPU_TREE):$(TPU_TREE)/$(TPU_BUNDLE)/site \
+		$(CURDIR)/$(TPU_REHEARSAL)/host/bin/python -m snakemake --cores all --quiet \
+		--config target=cpu -- results/cpu/env.json results/cpu/host.json
 
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \

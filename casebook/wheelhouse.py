@@ -19,6 +19,7 @@ packages (put the target first on PYTHONPATH).
 Standard library only at import: ``install`` runs before anything is installed.
 
     python -m casebook.wheelhouse plan [--host tpu]         # what is carried, and why not
+    python -m casebook.wheelhouse kept [--host tpu]         # the host's own, as lock lines
     python -m casebook.wheelhouse build OUT [--host tpu] [--max-part-mib 60]
     python -m casebook.wheelhouse install PARTS_DIR TARGET
     python -m casebook.wheelhouse commit PARTS_DIR          # this tree's commit, checked
@@ -446,9 +447,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     planned = sub.add_parser("plan", help="each locked package: carried, or why not")
+    kept = sub.add_parser("kept", help="the lock's entries (hashes included) of what the host "
+                                       "has: a requirements file for a rehearsal of it")
     make = sub.add_parser("build", help="download and pack the carried wheels")
     make.add_argument("out", type=Path)
-    for command in (planned, make):
+    for command in (planned, kept, make):
         command.add_argument("--host", choices=sorted(HOSTS), default="gpu")
     make.add_argument("--max-part-mib", type=float, default=DEFAULT_MAX_PART / MIB)
     put = sub.add_parser("install", help="install the parts into a target folder, offline")
@@ -465,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
                              read_host(host.package_list), host.not_carried)
             for name, d in decisions.items():
                 print(f"{name}=={d['version']}: {d['decision']}")
+        elif args.command == "kept":
+            host = HOSTS[args.host]
+            lock = read_lock(paths.lock_file(host.lock))
+            decisions = plan(lock, read_host(host.package_list), host.not_carried)
+            print("".join(lock[n].requirement() for n, d in decisions.items()
+                          if d["decision"].startswith("on the host")), end="")
         elif args.command == "build":
             done = build(args.out, int(args.max_part_mib * MIB), HOSTS[args.host],
                          sources=reference_sources())
