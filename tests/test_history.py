@@ -16,6 +16,7 @@ import pytest
 from casebook import history, paths, records, tables
 from casebook.errors import CasebookError
 from casebook.measure import stats
+from tests import projects
 
 pytestmark = pytest.mark.timeout(600)
 BASE, NEW = "a" * 40, "b" * 40
@@ -183,12 +184,17 @@ def test_compare_across_two_real_commits_of_the_device_store(monkeypatch, capsys
 
 
 # Run in a worktree of this repository: the time stage of one jitted baseline on the CPU,
-# its noise floor first; prints the history entry the time job kept.
+# its noise floor first; prints the history entry the time job kept. The measurement is
+# the workflow tests' (tests/projects.MEASUREMENT over the defaults): the real protocol at
+# a size a loaded CI host finishes well inside the timeout (the defaults' 20-round floor
+# ran past 480 s beside a CPU burner).
 MEASURE_IN_WORKTREE = """
-import sys
+import json, sys
 from casebook import config, paths, timing
 case, baseline, point = sys.argv[1:4]
-measurement = config.measurement_defaults()
+defaults, tiny = config.measurement_defaults(), json.loads(sys.argv[4])
+measurement = {**defaults, **tiny,
+               "noise_floor": {**defaults["noise_floor"], **tiny["noise_floor"]}}
 floor = paths.noise_floor_record("cpu")
 timing.noise_floor("cpu", measurement, floor)
 out = paths.baseline_record("cpu", case, baseline, point)
@@ -221,7 +227,8 @@ def test_two_real_commits_of_one_binary_are_judged_by_the_same_binary_rule(
         for name, tree in trees.items():
             done = subprocess.run(
                 [sys.executable, "-c", MEASURE_IN_WORKTREE, "splash_attention",
-                 "xla_dot_product_attention", "mha_causal_f16"], cwd=tree, text=True,
+                 "xla_dot_product_attention", "mha_causal_f16",
+                 json.dumps(projects.MEASUREMENT)], cwd=tree, text=True,
                 capture_output=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                     filter(None, [str(tree), os.environ.get("PYTHONPATH")]))},
                 timeout=480)
