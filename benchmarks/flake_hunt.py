@@ -92,11 +92,21 @@ def run_once(python: str, cwd: Path, env: dict[str, str], pytest_args: list[str]
     return found, wall, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 2**20
 
 
+def tree_state(cwd: Path) -> str:
+    """The commit checked out in ``cwd``, ``-dirty`` when its tracked files differ."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    return git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain",
+                                                       "--untracked-files=no") else "")
+
+
 def hunt(runs: int, burner: int, python: str, cwd: Path, env: dict[str, str],
          pytest_args: list[str], logs: Path) -> dict[str, Any]:
     """``runs`` runs of the tests, with ``burner`` spinning processes beside them; each
     run's output in ``logs``."""
     logs.mkdir(parents=True, exist_ok=True)
+    tested = tree_state(cwd)
     history: dict[str, list[str]] = defaultdict(list)
     messages: dict[str, list[str]] = defaultdict(list)
     per_run = []
@@ -122,8 +132,11 @@ def hunt(runs: int, burner: int, python: str, cwd: Path, env: dict[str, str],
               if len(set(seen)) > 1 or len(seen) < runs}
     always_failed = sorted(test for test, seen in history.items()
                            if len(seen) == runs and set(seen) <= {"failed", "error"})
-    return {"runs": runs, "burner_processes": burner, "pytest_args": pytest_args,
-            "python": python, "tests": len(history), "per_run": per_run,
+    if tree_state(cwd) != tested:
+        raise SystemExit(f"{cwd}: the tree changed during the hunt (was {tested}); "
+                         "its outcomes belong to no one commit, and no record is written")
+    return {"tested_commit": tested, "runs": runs, "burner_processes": burner,
+            "pytest_args": pytest_args, "python": python, "tests": len(history), "per_run": per_run,
             "varied": varied, "always_failed": always_failed,
             "failure_messages": dict(messages)}
 

@@ -292,7 +292,7 @@ def test_an_off_schema_record_is_refused_naming_it(tmp_path):
     ("0" * 40, "not a clean commit of this repository"),
     (HEAD + "-dirty", "not a clean commit of this repository"),
     ("unknown (not a git checkout)", "not a clean commit of this repository"),
-])
+], ids=["unknown", "dirty", "not-a-checkout"])
 def test_records_of_an_unknown_or_dirty_commit_are_refused(tmp_path, commit, message):
     with pytest.raises(CasebookError, match=message):
         archive.import_archive(make_archive(tmp_path, commit=commit), tmp_path / "repo")
