@@ -169,6 +169,56 @@ def test_the_harness_catches_a_timer_being_fooled(fixture, guard, message):
     assert message in refusals.get(guard, ""), refusals
 
 
+class ProgramClock(clocks.HostClock):
+    """A fake device clock that reads the programs a fake chip ran (as the TPU trace
+    does): a call's programs in its sample, its fetch's in ``device_seconds``."""
+
+    kind = "tpu_trace"
+
+    def __init__(self):
+        self.ran: list[float] = []
+
+    def time(self, launch, wait):
+        before = len(self.ran)
+        out = launch()
+        wait(out)
+        seconds = sum(self.ran[before:])
+        return out, clocks.Timing(seconds=seconds, host_s=seconds)
+
+    def device_seconds(self, block) -> float:
+        before = len(self.ran)
+        block()
+        return sum(self.ran[before:])
+
+
+@pytest.mark.parametrize("deferred", [0.0, WORK_S])
+def test_on_a_clock_of_the_chips_programs_early_return_reads_the_programs(deferred):
+    """The engine hands the early-return guard the clock's program reading: work left
+    for the fetch is refused by it, and honest work whose fetch is slow passes."""
+    clock = ProgramClock()
+
+    class Chip(engine.Devices):
+        def clock(self, wanted, runnable):
+            return clock
+
+    def call(x):
+        clock.ran.append(WORK_S - deferred)
+        return x * 2
+
+    def fetch(out):
+        clock.ran.append(deferred)
+        time.sleep(WORK_S)  # a slow host transfer, no device work
+        return out.copy()
+
+    workload = engine.Workload(honest()._replace(call=call, fetch=fetch), inputs)
+    chip = Chip(None, "no GPU: test", tpu="a fake chip")
+    if deferred:
+        assert "ran at least 3 ms more work" in refused_by(workload, chip)["early_return"]
+        return
+    m = engine.measure(workload, QUICK, "hot", 1, chip)
+    assert "the clock's own programs" in m.guards["early_return"]["detail"]
+
+
 def test_settings_check_themselves():
     with pytest.raises(ValueError, match="warmup_calls"):
         dataclasses.replace(QUICK, warmup_calls=0)

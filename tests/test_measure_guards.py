@@ -216,6 +216,61 @@ def test_a_slow_call_takes_one_early_return_probe_and_a_cheat_is_still_refused(r
     assert len(calls) == 2 * (guards.RECHECKS + 1)
 
 
+class Chip:
+    """A fake chip whose clock reads the programs it ran while a block ran (as a TPU
+    trace does); a fetch's host time is noise there (it sleeps a random stall)."""
+
+    def __init__(self, rng):
+        self.ran: list[float] = []
+        self.rng = rng
+
+    def device_seconds(self, block) -> float:
+        before = len(self.ran)
+        block()
+        return sum(self.ran[before:])
+
+    def fetched(self, value):
+        time.sleep(float(self.rng.uniform(0, LAG_S)))  # a slow, noisy host transfer
+        return np.asarray(value)
+
+
+def on_chip(chip: Chip, deferred: float, relayout: float = 0.0) -> Runnable:
+    """A call running WORK_S of programs, ``deferred`` of them only once its output is
+    fetched (a cheat when > 0), and ``relayout`` more programs at each fetch."""
+    def call(x):
+        chip.ran.append(WORK_S - deferred)
+        return x * 2
+
+    def fetch(out):
+        chip.ran.extend(p for p in (deferred, relayout) if p)
+        return chip.fetched(out)
+
+    return Runnable(prepare=lambda d: (d["x"],), call=call, sync=lambda out: None,
+                    fetch=fetch, execution={})
+
+
+@pytest.mark.parametrize("relayout", [0.0, 0.1 * WORK_S])
+def test_on_a_clock_of_the_chips_programs_a_noisy_fetch_does_not_accuse_honest_work(
+        rng, relayout):
+    """The fetch's host time lags by up to LAG_S, three times the work; the guard reads
+    the device's programs, and a fetch's own small program (a relayout) is no early
+    return."""
+    chip = Chip(rng)
+    found = guards.early_return(on_chip(chip, 0.0, relayout), (rng.standard_normal(8),),
+                                WORK_S, chip.device_seconds)
+    assert found["passed"] and "(1 probe(s), the clock's own programs)" in found["detail"]
+
+
+@pytest.mark.parametrize("deferred", [WORK_S, 0.5 * WORK_S])
+def test_on_a_clock_of_the_chips_programs_work_left_for_the_fetch_is_refused(rng, deferred):
+    chip = Chip(rng)
+    with pytest.raises(guards.TimerFooled,
+                       match=f"ran at least {deferred * 1e3:.3g} ms more work when its "
+                             f"output was fetched.*on each of {guards.RECHECKS + 1} probes"):
+        guards.early_return(on_chip(chip, deferred), (rng.standard_normal(8),),
+                            WORK_S - deferred, chip.device_seconds)
+
+
 def partly_cached(clock: Clock) -> Runnable:
     """Four units of work on a set's first call, one on each later call: a reuse whose
     samples still take a median past SLOW_CALL_S (when a unit takes SLOW_S)."""

@@ -69,6 +69,16 @@ def test_a_sample_in_which_the_chip_ran_nothing_is_refused(monkeypatch):
         tpu.TraceClock().time(lambda: 1, lambda out: None)
 
 
+def test_the_device_work_of_a_block_is_its_programs_and_none_is_no_error(monkeypatch):
+    """The early-return guard's reading: a block in which the chip ran nothing (a fetch
+    of a finished output) is 0 s of device work, not a clock failure."""
+    programs = [tpu.Module("jit_a(1)", 10.0, 2e-3), tpu.Module("jit_b(2)", 20.0, 5e-4)]
+    monkeypatch.setattr(tpu, "read", lambda path, device: programs)
+    assert tpu.TraceClock().device_seconds(lambda: 1) == pytest.approx(2.5e-3)
+    monkeypatch.setattr(tpu, "read", lambda path, device: [])
+    assert tpu.TraceClock().device_seconds(lambda: 1) == 0
+
+
 def runnable(execution: dict) -> Runnable:
     return Runnable(prepare=lambda d: (), call=lambda: 1, sync=lambda out: None,
                     fetch=np.asarray, execution=execution)

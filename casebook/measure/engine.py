@@ -399,7 +399,8 @@ def _guards(s: _Subject, clock, watch: tamper.Watch) -> dict[str, dict[str, Any]
             [(a, s.prepared[key].digests) for key, a in s.sampled.items()]),
         "work_per_call": lambda: guards.work_per_call(
             seconds, lambda n: [time_call(args)[1] for _ in range(n)], clock.kind == "host"),
-        "early_return": lambda: guards.early_return(s.runnable, args, median),
+        "early_return": lambda: guards.early_return(
+            s.runnable, args, median, getattr(clock, "device_seconds", None)),
         "unseen_stream": lambda: guards.unseen_work(
             s.runnable, args, s.timings, median,
             lambda n: [clock.time(lambda: s.runnable.call(*args), s.runnable.sync)[1]

@@ -1,7 +1,12 @@
 """Guards against a timer being fooled, each run after sampling with fresh probes.
 
 - early return: a call whose wait returns before the work is done. Fetching the output
-  right after the wait must cost no more than fetching an output left to settle.
+  right after the wait must cost no more than fetching an output left to settle. Where
+  the clock reads the device's own programs (a TPU trace), the device work of a call,
+  its wait and its fetch together must be no more than a sample's: a fetch's host time
+  there is no measure (an 8192² bf16 output took 190–245 ms to fetch, ±25 ms, against a
+  5.9 ms call; benchmarks/results/tpu_guard_probe.json), and a program still running
+  when a trace stops is read as lasting 0 s.
 - unseen stream: work the timed window never saw. Device clocks report it per sample
   (``Timing.unseen_s``); a runnable's device-wide ``barrier`` right after the wait must
   find nothing left to drain.
@@ -153,7 +158,15 @@ def _persistent_lag(probe: Callable[[], tuple[float, float]], median: float
     return lag, reference, len(lags)
 
 
-def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> dict[str, Any]:
+def early_return(runnable: Runnable, args: tuple[Any, ...], median: float,
+                 device_seconds: Callable[[Callable[[], Any]], float] | None = None
+                 ) -> dict[str, Any]:
+    """Refuse a call whose wait returns before its work is done. ``device_seconds``: the
+    clock's device work while a block runs (a clock that reads the chip's programs), to
+    judge the call by the work its fetch still finds, not by the fetch's host time."""
+    if device_seconds is not None:
+        return _early_return_on_device(runnable, args, median, device_seconds)
+
     def fetch_lag() -> tuple[float, float]:
         immediate, settled, calls = [], [], []
         _settled(runnable)
@@ -181,6 +194,31 @@ def early_return(runnable: Runnable, args: tuple[Any, ...], median: float) -> di
             f"call {reference * 1e3:.3g} ms)")
     return {"passed": True, "detail": f"fetch after the wait lags a settled fetch by "
                                       f"{max(lag, 0) * 1e6:.3g} µs ({probes} probe(s))"}
+
+
+def _early_return_on_device(runnable: Runnable, args: tuple[Any, ...], median: float,
+                            device_seconds: Callable[[Callable[[], Any]], float]
+                            ) -> dict[str, Any]:
+    def work_lag() -> tuple[float, float]:
+        fetched, waited = [], []
+        for _ in range(PROBES):
+            _settled(runnable)
+            waited.append(device_seconds(lambda: _waited(runnable, args)))
+            _settled(runnable)
+            fetched.append(device_seconds(lambda: runnable.fetch(_waited(runnable, args))))
+        return (statistics.median(fetched) - statistics.median(waited),
+                statistics.median(waited))
+
+    lag, reference, probes = _persistent_lag(work_lag, median)
+    if _too_slow(lag, reference):
+        raise TimerFooled(
+            f"the call returns before its work is done: the device ran at least "
+            f"{lag * 1e3:.3g} ms more work when its output was fetched inside the timed "
+            f"window than when the window closed at the wait, on each of {probes} probes "
+            f"(median sample {median * 1e3:.3g} ms, a probe's call {reference * 1e3:.3g} ms)")
+    return {"passed": True, "detail": f"device work of call, wait and fetch beyond the call "
+                                      f"and wait: {max(lag, 0) * 1e6:.3g} µs ({probes} "
+                                      f"probe(s), the clock's own programs)"}
 
 
 def _unseen(timings: Sequence[Timing]) -> tuple[bool, float, float]:

@@ -106,6 +106,22 @@ class TraceClock:
         self.device = device
 
     def time(self, launch: clocks.Launch, wait: clocks.Wait) -> tuple[Any, clocks.Timing]:
+        (out, host_s), ran = self._traced(launch, wait)
+        if not ran:
+            raise TpuUnavailable("the trace saw no program on the TPU: nothing ran on it")
+        device_s = sum(m.seconds for m in ran)
+        return out, clocks.Timing(seconds=device_s, host_s=host_s, kernel_s=device_s,
+                                  kernels=len(ran))
+
+    def device_seconds(self, block: clocks.Launch) -> float:
+        """The device work of the programs the chip ran while ``block`` ran (the
+        early-return guard's reading: what a fetch still finds to run)."""
+        _, ran = self._traced(block, lambda _: None)
+        return sum(m.seconds for m in ran)
+
+    def _traced(self, launch: clocks.Launch, wait: clocks.Wait
+                ) -> tuple[tuple[Any, float], list[Module]]:
+        """(output, host seconds of launch and wait) and the chip's programs meanwhile."""
         import jax
 
         folder = tempfile.mkdtemp(prefix="casebook-trace-")
@@ -122,11 +138,7 @@ class TraceClock:
             ran = read(path, self.device)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        if not ran:
-            raise TpuUnavailable("the trace saw no program on the TPU: nothing ran on it")
-        device_s = sum(m.seconds for m in ran)
-        return out, clocks.Timing(seconds=device_s, host_s=host_s, kernel_s=device_s,
-                                  kernels=len(ran))
+        return (out, host_s), ran
 
     def close(self) -> None:
         """Nothing held between samples."""
