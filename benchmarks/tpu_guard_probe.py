@@ -87,7 +87,8 @@ def main() -> None:
             lambda call=call: np.asarray(jax.block_until_ready(call())))
         found[f"programs_call_wait_{n}"] = traced(lambda call=call: call().block_until_ready())
         held = []
-        found[f"programs_call_no_wait_{n}"] = traced(lambda call=call: held.append(call()))
+        found[f"programs_call_no_wait_{n}"] = traced(
+            lambda call=call, held=held: held.append(call()))
         held[0].block_until_ready()
         save()
     marker = jax.jit(lambda x: x + 1)
