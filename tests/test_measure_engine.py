@@ -219,6 +219,50 @@ def test_on_a_clock_of_the_chips_programs_early_return_reads_the_programs(deferr
     assert "the clock's own programs" in m.guards["early_return"]["detail"]
 
 
+class WindowClock(ProgramClock):
+    """A fake clock that times several samples per window, as the TPU trace does."""
+
+    samples_per_window = 4
+
+    def __init__(self):
+        super().__init__()
+        self.windows: list[int] = []
+
+    def time_many(self, samples):
+        self.windows.append(len(samples))
+        timed = []
+        for before, launch, wait in samples:
+            before()
+            timed.append(self.time(launch, wait))
+        return timed
+
+
+def test_a_clock_with_windows_of_several_samples_takes_them_round_by_round():
+    """Two interleaved workloads, cold (an input set per sample): each window holds four
+    rounds of both, each sample on its own input set, booked with its round."""
+    clock = WindowClock()
+
+    class Chip(engine.Devices):
+        def clock(self, wanted, runnable):
+            return clock
+
+    def call(x):
+        clock.ran.append(float(abs(x).sum()) * 1e-6)
+        return x * 2
+
+    workloads = {name: engine.Workload(honest()._replace(call=call), inputs)
+                 for name in ("a", "b")}
+    found = engine.measure_interleaved(workloads, QUICK, "cold", 3,
+                                       Chip(None, "no GPU: test", tpu="a fake chip"))
+    assert clock.windows == [8] * 4  # 15 samples each: four windows of four rounds
+    for m in found.values():
+        assert [r["round"] for r in m.rows] == [r["sample"] for r in m.rows] == list(range(16))
+        sets = [r["input_set"] for r in m.rows]
+        assert len(set(sets)) == 16  # cold: every sample its own input set
+        assert len({r["seconds"] for r in m.rows}) == 16  # ...and its own work
+        assert m.guards["early_return"]["passed"]
+
+
 def test_settings_check_themselves():
     with pytest.raises(ValueError, match="warmup_calls"):
         dataclasses.replace(QUICK, warmup_calls=0)

@@ -79,6 +79,36 @@ def test_the_device_work_of_a_block_is_its_programs_and_none_is_no_error(monkeyp
     assert tpu.TraceClock().device_seconds(lambda: 1) == 0
 
 
+def marker() -> tpu.Module:
+    return tpu.Module(f"{tpu.MARKER}(9)", 0.0, 1e-6)
+
+
+def test_one_trace_splits_into_its_samples_by_their_markers():
+    a, b, c = (tpu.Module(f"jit_{n}(1)", 0.0, 1e-3) for n in "abc")
+    assert tpu.split([marker(), a, marker(), marker(), b, c, marker()], 2) == [[a], [b, c]]
+    with pytest.raises(tpu.TpuUnavailable, match="3 sample markers for 2 samples"):
+        tpu.split([marker(), a, marker(), marker(), b, c], 2)
+
+
+def test_samples_timed_in_one_trace_each_read_their_own_programs(monkeypatch):
+    """The markers the clock runs are real programs; the trace it reads is a fake one,
+    with a preparation's program (outside the markers) that no sample may count."""
+    flush = tpu.Module("jit_flush(3)", 0.0, 7e-3)
+    ran = [flush, marker(), tpu.Module("jit_a(1)", 0.0, 2e-3), marker(),
+           flush, marker(), tpu.Module("jit_a(1)", 0.0, 3e-3),
+           tpu.Module("jit_b(2)", 0.0, 5e-4), marker()]
+    monkeypatch.setattr(tpu, "read", lambda path, device: ran)
+    order = []
+    timed = tpu.TraceClock().time_many(
+        [(lambda k=k: order.append(f"before {k}"),
+          lambda k=k: order.append(f"launch {k}") or jnp.ones(2) * k, jax.block_until_ready)
+         for k in range(2)])
+    assert order == ["before 0", "launch 0", "before 1", "launch 1"]
+    assert [float(np.asarray(out)[0]) for out, _ in timed] == [0, 1]
+    assert [t.seconds for _, t in timed] == pytest.approx([2e-3, 3.5e-3])
+    assert [t.kernels for _, t in timed] == [1, 2] and all(t.host_s > 0 for _, t in timed)
+
+
 def runnable(execution: dict) -> Runnable:
     return Runnable(prepare=lambda d: (), call=lambda: 1, sync=lambda out: None,
                     fetch=np.asarray, execution=execution)

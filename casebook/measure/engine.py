@@ -303,19 +303,22 @@ def measure_interleaved(workloads: dict[str, Workload], settings: Settings, cach
                 s.runnable.sync(s.runnable.call(*args))
         start = time.perf_counter()
         round_ = 0
+        # A clock whose window costs far more than a sample (a TPU trace: 0.3 s) takes
+        # several rounds in one window; each sample is still timed apart.
+        rounds_per_window = getattr(clock, "samples_per_window", 1)
         for repeat in range(settings.repeats):
             for s in subjects.values():
                 s.criterion = settings.criterion_unit()
             began = time.perf_counter()
             while not all(s.criterion.finished for s in subjects.values()):
-                for name in (names[i] for i in order.permutation(len(names))):
-                    discarded += _sample(subjects[name], clock, monitor, repeat, round_,
-                                         began)
-                    if discarded > MAX_DISCARDED:
-                        raise guards.Unmeasurable(
-                            f"{discarded} throttled samples discarded: the device does "
-                            f"not hold its clock")
-                round_ += 1
+                plan = [(subjects[names[i]], round_ + k) for k in range(rounds_per_window)
+                        for i in order.permutation(len(names))]
+                discarded += _samples(plan, clock, monitor, repeat, began)
+                if discarded > MAX_DISCARDED:
+                    raise guards.Unmeasurable(
+                        f"{discarded} throttled samples discarded: the device does "
+                        f"not hold its clock")
+                round_ += rounds_per_window
         wall = time.perf_counter() - start
         checks = {name: _guards(s, clock, watch) for name, s in subjects.items()}
         binaries = {name: _binary(s) for name, s in subjects.items()}
@@ -354,11 +357,40 @@ def _report(name: str, m: Measurement) -> None:
                      f"{m.wall_s:.2f} s, clock {m.clock_kind}; {m.stop_reason}\n")
 
 
-def _sample(s: _Subject, clock, monitor, repeat: int, round_: int, began: float) -> int:
-    """One sample of ``s``; 1 when it was throttled (discarded), else 0. A subject whose
-    criterion has stopped goes on sampling, so that every round holds every subject."""
+def _samples(plan: list[tuple[_Subject, int]], clock, monitor, repeat: int,
+             began: float) -> int:
+    """One sample of each subject of ``plan`` (subject, round), in its order, in one window
+    of the clock where it takes several (``time_many``); how many were throttled
+    (discarded). A subject whose criterion has stopped goes on sampling, so that every
+    round holds every subject. Outputs of one window are fetched after it: jax arrays (the
+    TPU's), which no later call can overwrite."""
+    if not hasattr(clock, "time_many"):
+        return sum(_record(s, *_one_sample(s, clock), monitor, repeat, round_, began)
+                   for s, round_ in plan)
+    inputs: list[tuple[tuple[Any, ...], int]] = []
+    indices = [s.index + sum(t is s for t, _ in plan[:j]) for j, (s, _) in enumerate(plan)]
+
+    def prepare(j: int) -> Callable[[], None]:
+        return lambda: inputs.append(plan[j][0].state.before_sample(indices[j]))
+
+    def launch(j: int) -> Callable[[], Any]:
+        return lambda: plan[j][0].runnable.call(*inputs[j][0])
+
+    timed = clock.time_many([(prepare(j), launch(j), s.runnable.sync)
+                             for j, (s, _) in enumerate(plan)])
+    return sum(_record(s, *inputs[j], *timed[j], monitor, repeat, round_, began)
+               for j, (s, round_) in enumerate(plan))
+
+
+def _one_sample(s: _Subject, clock) -> tuple[tuple[Any, ...], int, Any, clocks.Timing]:
     args, which = s.state.before_sample(s.index)
     out, timing = clock.time(lambda: s.runnable.call(*args), s.runnable.sync)
+    return args, which, out, timing
+
+
+def _record(s: _Subject, args: tuple[Any, ...], which: int, out: Any,
+            timing: clocks.Timing, monitor, repeat: int, round_: int, began: float) -> int:
+    """Book one sample of ``s``; 1 when it was throttled (discarded), else 0."""
     reading = monitor.read()
     s.rows.append({**_row(s.index, repeat, which, timing, reading), "round": round_})
     s.sampled[id(args)] = args

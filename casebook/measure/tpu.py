@@ -22,12 +22,16 @@ import dataclasses
 import glob
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from casebook.measure import clocks
 
 MODULES_LINE = "XLA Modules"
 DEVICE_PLANE = "/device:TPU:{}"
+# Samples timed in one trace (TraceClock.time_many): a trace's start and read, 0.3 s,
+# paid once for all of them instead of once a sample.
+SAMPLES_PER_TRACE = 8
 
 
 class TpuUnavailable(RuntimeError):
@@ -72,6 +76,26 @@ def read(path: str, device: int = 0) -> list[Module]:
     return modules(ProfileData.from_file(path), device)
 
 
+def casebook_sample_marker(x):
+    """A program of a few microseconds run before and after each sample of a trace that
+    holds several: the programs between a pair are that sample's."""
+    return x + 1
+
+
+MARKER = f"jit_{casebook_sample_marker.__name__}"
+
+
+def split(ran: list[Module], samples: int) -> list[list[Module]]:
+    """The programs of each of ``samples`` samples in one trace's ``ran`` (start order):
+    those between the sample's pair of markers. A trace whose markers do not pair up
+    ``samples`` times cannot be split and raises TpuUnavailable."""
+    marks = [i for i, m in enumerate(ran) if m.name.split("(")[0] == MARKER]
+    if len(marks) != 2 * samples:
+        raise TpuUnavailable(f"the trace holds {len(marks)} sample markers for {samples} "
+                             f"samples (2 each): its programs cannot be told apart")
+    return [ran[marks[2 * k] + 1:marks[2 * k + 1]] for k in range(samples)]
+
+
 def find() -> str:
     """This process's TPU, by JAX's device kind ("TPU v5 lite"); TpuUnavailable if its
     jax runs on none."""
@@ -102,8 +126,20 @@ class TraceClock:
                    "(XLA modules) executed in the sample, host launch and wait reported apart")
     resolution_s = 1e-12  # the trace's device_duration_ps
 
+    samples_per_window = SAMPLES_PER_TRACE
+
     def __init__(self, device: int = 0):
         self.device = device
+        self._marker = None
+
+    def _mark(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        if self._marker is None:
+            self._marker = (jax.jit(casebook_sample_marker), jnp.zeros((), jnp.int32))
+        marker, token = self._marker
+        marker(token).block_until_ready()
 
     def time(self, launch: clocks.Launch, wait: clocks.Wait) -> tuple[Any, clocks.Timing]:
         (out, host_s), ran = self._traced(launch, wait)
@@ -112,6 +148,35 @@ class TraceClock:
         device_s = sum(m.seconds for m in ran)
         return out, clocks.Timing(seconds=device_s, host_s=host_s, kernel_s=device_s,
                                   kernels=len(ran))
+
+    def time_many(self, samples: list[tuple[Callable[[], Any], clocks.Launch, clocks.Wait]]
+                  ) -> list[tuple[Any, clocks.Timing]]:
+        """Samples (before, launch, wait) timed in one trace: ``before`` (an input set's
+        preparation) untimed, then the launch and wait between two markers; each sample's
+        device time the programs between its markers."""
+        self._mark()  # compiled before the trace
+        hosts: list[tuple[Any, float]] = []
+
+        def block() -> None:
+            for before, launch, wait in samples:
+                before()
+                self._mark()
+                start = clocks.now_ns()
+                out = launch()
+                wait(out)
+                hosts.append((out, (clocks.now_ns() - start) * 1e-9))
+                self._mark()
+
+        _, ran = self._traced(block, lambda _: None)
+        timed = []
+        for (out, host_s), programs in zip(hosts, split(ran, len(samples)), strict=True):
+            if not programs:
+                raise TpuUnavailable("the trace saw no program on the TPU in a sample: "
+                                     "nothing ran on it")
+            device_s = sum(m.seconds for m in programs)
+            timed.append((out, clocks.Timing(seconds=device_s, host_s=host_s,
+                                             kernel_s=device_s, kernels=len(programs))))
+        return timed
 
     def device_seconds(self, block: clocks.Launch) -> float:
         """The device work of the programs the chip ran while ``block`` ran (the
