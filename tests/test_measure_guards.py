@@ -351,10 +351,16 @@ def test_unseen_work_in_one_series_is_a_stall_not_a_cheat(rng):
     assert found["passed"] and "a stall: not so on re-check 1" in found["detail"]
 
 
+# A preempted barrier, in the test that stalls one on purpose: long enough that no stall
+# of this host's own (one of the idle barriers the probe subtracts, on a loaded host:
+# seen once in 12 hunt runs at 3 ms) can hide it.
+BARRIER_STALL_S = 0.1
+
+
 def with_barrier(call_leaves_s: float, stalled_barriers=()) -> Runnable:
     """A call that leaves ``call_leaves_s`` of work for the device-wide barrier (a side
-    stream: a cheat when > 0), and a barrier that also stalls LAG_S on its calls numbered
-    in ``stalled_barriers`` (1, 2, ...: a preempted barrier on a loaded host)."""
+    stream: a cheat when > 0), and a barrier that also stalls BARRIER_STALL_S on its calls
+    numbered in ``stalled_barriers`` (1, 2, ...: a preempted barrier on a loaded host)."""
     pending, barriers = [0.0], []
 
     def call(x):
@@ -363,7 +369,7 @@ def with_barrier(call_leaves_s: float, stalled_barriers=()) -> Runnable:
 
     def barrier():
         barriers.append(None)
-        time.sleep(pending[0] + (LAG_S if len(barriers) in stalled_barriers else 0.0))
+        time.sleep(pending[0] + (BARRIER_STALL_S if len(barriers) in stalled_barriers else 0))
         pending[0] = 0.0
 
     return runnable(call)._replace(barrier=barrier)
