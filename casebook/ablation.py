@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, provenance, records, speed_of_light, stage, timing, verify
+from casebook import config, paths, provenance, records, speed_of_light, stage, timing, verify
 from casebook.errors import CasebookError
 from casebook.measure import table
 from kernels import contract
@@ -31,7 +31,7 @@ def run(case_dir: str, case: str, ablation: str, point: str, target: str,
         samples_path: str, shared_host: bool = False) -> dict[str, Any]:
     """Lower and time ablation ``ablation`` at ``point``; write its record to ``out``.
     A failed lowering is recorded, then fails the job naming the point."""
-    spec = config.load_case(case_dir, case)
+    spec = paths.for_target(config.load_case(case_dir, case), target)
     declared = config.find(spec["ablations"], ablation, config.case_path(case_dir, case),
                            "ablations")
     job = stage.load(case_dir, case, target, point, declared["of"])

@@ -30,7 +30,7 @@ def lower_build_only(case_dir: str, case: str, variant: str, target: str,
                      out: str) -> dict[str, Any]:
     """Lower ``variant`` at every build-only point of the case, in config order; write
     their lowering records, together, to ``out``."""
-    spec = config.load_case(case_dir, case)
+    spec = paths.for_target(config.load_case(case_dir, case), target)
     points = [p["name"] for p in spec["build_only_points"]]
     if not points:
         raise CasebookError(config.case_path(case_dir, case), "build_only_points",
@@ -86,7 +86,7 @@ def gather(case_dir: str, case: str, variant: str, target: str, lowered: list[st
            out: str) -> dict[str, Any]:
     """The build record of ``variant``: its points' lowering records (and the record of
     its build-only points' lowerings, last), in config order."""
-    spec = config.load_case(case_dir, case)
+    spec = paths.for_target(config.load_case(case_dir, case), target)
     parts = [part for path in lowered for part in _lowerings(path)]
     sources = {tuple(p["reference_source"].values()) for p in parts}
     if len(sources) != 1:

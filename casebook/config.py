@@ -216,6 +216,11 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
             raise CasebookError(path, f"points.{i}.params.dtype", f"no tolerance for {dtype!r}")
     for i, point in enumerate(case["build_only_points"]):
         validate(path, point["params"], point_schema, prefix=f"build_only_points.{i}.params")
+        dtype = point["params"].get("dtype")
+        if "measured_on" in point and dtype is not None and dtype not in case["tolerances"]:
+            raise CasebookError(path, f"build_only_points.{i}.params.dtype",
+                                f"no tolerance for {dtype!r} (the point is measured on "
+                                f"{', '.join(point['measured_on'])})")
     answers = PluginAnswers(name)
     _check_with_plugin(path, case, answers)
     answers.save()
@@ -249,7 +254,8 @@ def _check_with_plugin(path: Path, case: dict[str, Any], plugin: PluginAnswers) 
             found = plugin.params_problem(point["params"])
             if found is not None:
                 raise CasebookError(path, f"{group}.{i}.params.{found[0]}", found[1])
-    for point in case["points"]:
+    for point in [*case["points"], *(p for p in case["build_only_points"]
+                                     if "measured_on" in p)]:
         dtype = point["params"].get("dtype")
         if dtype is None:
             continue

@@ -144,7 +144,7 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
     ``must_exist`` (this machine's target) makes a missing record an error; records of
     other targets are taken as found.
     """
-    case = spec["name"]
+    spec, case = paths.for_target(spec, target), spec["name"]
     sources: list[str] = []
 
     def read(path: str, kind: str) -> dict[str, Any] | None:

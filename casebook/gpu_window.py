@@ -65,7 +65,9 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
         if "points" in step:
             if step["name"] != "measure":
                 raise CasebookError(path, f"steps.{i}.points", "only a measure step names points")
-            known = [p["name"] for p in _case_spec(step["case"])["points"]]
+            spec = config.load_case(config.load_global()["case_dir"], step["case"])
+            known = [p["name"] for p in [*spec["points"], *spec["build_only_points"]]
+                     if "measured_on" in p or p in spec["points"]]
             for point in step["points"]:
                 if point not in known:
                     raise CasebookError(path, f"steps.{i}.points", f"{point} is not a point of "
@@ -84,8 +86,8 @@ def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
             "--config", f"target={target}", "--", *targets]
 
 
-def _case_spec(case: str) -> dict[str, Any]:
-    return config.load_case(config.load_global()["case_dir"], case)
+def _case_spec(case: str, target: str) -> dict[str, Any]:
+    return paths.for_target(config.load_case(config.load_global()["case_dir"], case), target)
 
 
 def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[list[str]]]:
@@ -105,12 +107,14 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
             out.append([[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                          *step["tests"]]])
         elif step["name"] == "measure":
-            points = step.get("points") or [p["name"] for p in _case_spec(step["case"])["points"]]
+            points = step.get("points") or [
+                p["name"] for p in _case_spec(step["case"], target)["points"]]
             out.append([_snakemake(target, overlay, paths.compare_record(target, step["case"], p))
                         for p in points])
         elif step["name"] == "case":
             out.append([_snakemake(target, overlay,
-                                   *paths.case_records(_case_spec(step["case"]), target))])
+                                   *paths.case_records(_case_spec(step["case"], target),
+                                                       target))])
         else:
             out.append([_snakemake(target, overlay, "autotune")])
     return out

@@ -129,14 +129,19 @@ def job_slice(spec: dict[str, Any], variant: str | None = None, point: str | Non
               baseline: str | None = None, ablation: str | None = None) -> dict[str, Any]:
     """The part of a case config one job reads: its variant, point, baseline or ablation
     entry (a job naming no point reads every point, as a build does), the tolerance of its
-    point's dtype, and the case-wide settings."""
+    point's dtype, and the case-wide settings. Which targets also measure a build-only
+    point (``measured_on``) changes no job's work: it is left out."""
     kept = {k: v for k, v in spec.items() if k not in PRESENTATION_KEYS}
+    kept["build_only_points"] = [{k: v for k, v in p.items() if k != "measured_on"}
+                                 for p in spec.get("build_only_points", [])]
+    kept["points"] = [{k: v for k, v in p.items() if k != "measured_on"}
+                      for p in spec.get("points", [])]
     for group, name in (("variants", variant), ("baselines", baseline),
                         ("ablations", ablation)):
         kept[group] = [i for i in spec.get(group, []) if i["name"] == name]
     if point is not None:
         for group in ("points", "build_only_points"):
-            kept[group] = [p for p in spec.get(group, []) if p["name"] == point]
+            kept[group] = [p for p in kept[group] if p["name"] == point]
         dtypes = {p["params"].get("dtype") for p in [*kept["points"],
                                                         *kept["build_only_points"]]}
         kept["tolerances"] = {d: t for d, t in spec["tolerances"].items() if d in dtypes}

@@ -48,7 +48,7 @@ def load(case_dir: str, case: str, target: str, point: str, variant: str | None 
          build_only_points: bool = False, tuned: bool = True) -> PointJob:
     """The context of one job. ``build_only_points``: ``point`` may be a build-only point;
     ``tuned``: apply the target's tile-table row (not for autotune, which makes it)."""
-    spec = config.load_case(case_dir, case)
+    spec = paths.for_target(config.load_case(case_dir, case), target)
     path = config.case_path(case_dir, case)
     if variant is not None:
         config.find(spec["variants"], variant, path, "variants")

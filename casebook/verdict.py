@@ -39,7 +39,7 @@ def findings(specs: dict[str, dict[str, Any]], targets: list[str]) -> dict[str, 
     failed, refused = [], []
     for target in targets:
         for case, spec in specs.items():
-            for point in (p["name"] for p in spec["points"]):
+            for point in (p["name"] for p in paths.for_target(spec, target)["points"]):
                 for variant in (v["name"] for v in spec["variants"]):
                     where = f"{target}/{case}/{variant}/{point}"
                     checked = _read(paths.verify_record(target, case, variant, point),

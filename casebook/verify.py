@@ -33,13 +33,17 @@ def draw_seed() -> int:
 def named(outputs: Any) -> dict[str, np.ndarray]:
     """Outputs as ``{name: array}``: a bare array is the single output ``out``."""
     if isinstance(outputs, dict):
-        return {name: np.asarray(value) for name, value in outputs.items()}
+        return {name: value if isinstance(value, contract.SampledRows) else np.asarray(value)
+                for name, value in outputs.items()}
     return {SINGLE_OUTPUT: np.asarray(outputs)}
 
 
-def compare(out: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict[str, Any]:
+def compare(out: np.ndarray, want: np.ndarray | contract.SampledRows, atol: float,
+            rtol: float) -> dict[str, Any]:
     """Elementwise |out - want| <= atol + rtol |want| (atol = rtol = 0: bit-exact); NaN or
-    a shape change never pass."""
+    a shape change never pass. Against sampled rows: those rows so, and no NaN anywhere."""
+    if isinstance(want, contract.SampledRows):
+        return _compare_rows(out, want, atol, rtol)
     if out.shape != want.shape:
         return {"passed": False, "error": f"shape {out.shape} != oracle {want.shape}",
                 "nan_count": 0, "max_abs_error": None, "max_rel_error": None,
@@ -60,6 +64,20 @@ def compare(out: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> dict
         "max_rel_error": float(np.max(finite / scale, initial=0.0)),
         "worst_error_over_tolerance": worst if nan_count == 0 and np.isfinite(worst) else None,
     }
+
+
+def _compare_rows(out: np.ndarray, want: contract.SampledRows, atol: float,
+                  rtol: float) -> dict[str, Any]:
+    if out.shape != want.shape:
+        found = {"passed": False, "error": f"shape {out.shape} != oracle {want.shape}",
+                 "nan_count": 0, "max_abs_error": None, "max_rel_error": None,
+                 "worst_error_over_tolerance": None}
+    else:
+        found = compare(out[want.index], want.values(), atol, rtol)
+        unwritten = int(np.count_nonzero(~np.isfinite(out.astype(np.float64))))
+        found = {**found, "nan_count": unwritten,
+                 "passed": found["passed"] and unwritten == 0}
+    return {**found, "sampled": {"rows": want.rows, "of": want.total, "seed": want.seed}}
 
 
 def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: Any,

@@ -7,7 +7,9 @@ it has them (``REQUIRED``), and never imports a framework for it: what runs is a
 point schema and one package.
 
 - ``make_inputs(params, rng) -> {name: ndarray}``: fresh inputs of one problem;
-- ``oracle(params, inputs) -> ndarray | {name: ndarray}``: the float64 answer;
+- ``oracle(params, inputs) -> ndarray | {name: ndarray | SampledRows}``: the float64
+  answer; where the whole answer does not scale (attention at S 32768), the exact answer
+  of rows drawn at random after the kernel ran (:class:`SampledRows`);
 - ``check_params(params) -> (key, why) | None``: why a problem cannot run, or None: the
   params key at fault (dotted as in the case file: ``n``, ``m.1``) and what is wrong,
   starting with its value (``("n", "100 is not a multiple of 16")``); the pipeline refuses
@@ -62,6 +64,25 @@ OPTIONAL = ("races_found", "reset", "compare", "tile_candidates", "intermediates
 
 class NotRunnable(Exception):
     """This variant or baseline cannot execute on this host; the message says why."""
+
+
+class SampledRows:
+    """The oracle's answer for some rows of an output of ``shape``: ``index`` (one index
+    array per leading axis it selects) picks them, ``values()`` computes them (on first
+    use: an output no kernel returns costs nothing). ``seed`` drew them; ``rows`` of
+    ``total`` are checked."""
+
+    def __init__(self, shape: tuple[int, ...], index: tuple[np.ndarray, ...],
+                 values: Callable[[], np.ndarray], seed: int):
+        self.shape, self.index, self.seed = tuple(shape), index, seed
+        self._values, self._computed = values, None
+        self.rows = len(index[0])
+        self.total = int(np.prod(shape[:len(index)]))
+
+    def values(self) -> np.ndarray:
+        if self._computed is None:
+            self._computed = np.asarray(self._values(), np.float64)
+        return self._computed
 
 
 class _Required(TypedDict):

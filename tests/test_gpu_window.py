@@ -127,7 +127,7 @@ def test_a_measure_step_asks_for_each_points_comparison_alone_in_order():
         assert [argv[argv.index("--") + 1:] for argv in step_argvs] == [[w] for w in wanted]
     # Each case's first point is measured by the full plan.
     for case in ("grouped_gemm_fp8_bf16", "splash_attention", "moe_nvfp4"):
-        first = gpu_window._case_spec(case)["points"][0]["name"]
+        first = gpu_window._case_spec(case, "h200")["points"][0]["name"]
         assert first in [p for s, _ in measured if s["case"] == case for p in s["points"]]
 
 
@@ -137,9 +137,26 @@ def test_a_measure_step_without_points_measures_every_point(tmp_path):
     path = tmp_path / "gpu-window.yaml"
     path.write_text(yaml.safe_dump(window))
     [argvs] = gpu_window.commands(gpu_window.load(path), "h200", "o")
-    points = [p["name"] for p in gpu_window._case_spec("moe_nvfp4")["points"]]
+    points = [p["name"] for p in gpu_window._case_spec("moe_nvfp4", "h200")["points"]]
     assert [a[-1] for a in argvs] == [paths.compare_record("h200", "moe_nvfp4", p)
                                       for p in points]
+
+
+def test_a_tpu_measure_step_takes_the_points_measured_there_alone(tmp_path):
+    """A step may name a build-only point measured on some accelerator; without points,
+    a TPU step measures the TPU's points, the interpreted ones and those."""
+    window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
+    window["steps"] = [{"name": "measure", "case": "splash_attention", "budget_s": 5,
+                        "what": "x", "points": ["s4k_d128_causal"]},
+                       {"name": "measure", "case": "splash_attention", "budget_s": 5,
+                        "what": "y"}]
+    path = tmp_path / "tpu-window.yaml"
+    path.write_text(yaml.safe_dump(window))
+    named, every = gpu_window.commands(gpu_window.load(path), "tpu-v5e", "o")
+    assert [a[-1] for a in named] == [
+        paths.compare_record("tpu-v5e", "splash_attention", "s4k_d128_causal")]
+    assert paths.compare_record("tpu-v5e", "splash_attention", "s4k_d128_local") in [
+        a[-1] for a in every]
 
 
 @pytest.mark.parametrize("step, key, message", [

@@ -1,11 +1,15 @@
 """The row oracle (kernels/splash_attention/oracle_rows.py) against the dense float64
-oracle and its autodiff, every row of small problems; and what a sample covers."""
+oracle and its autodiff, every row of small problems; what a sample covers; and the case
+oracle's sampled rows as verification checks them."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import kernels.splash_attention as splash
+from casebook import verify
+from kernels import contract
 from kernels.splash_attention import masks, oracle_f64, oracle_rows, oracle_vjp
 
 POINTS = {
@@ -77,3 +81,58 @@ def test_operands_of_the_wrong_shape_are_refused(rng):
                                [0], [0])
     with pytest.raises(ValueError, match=r"needs q, do \[Hq, S, d\]"):
         oracle_rows.statistics(params, {**inputs, "k": inputs["k"][0]})
+
+
+# -- the sampled oracle as verification reads it ------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_the_sampled_oracle_gives_the_dense_oracles_rows_and_says_which(name, rng):
+    params = POINTS[name]
+    inputs = draw(params, rng)
+    want, seed = dense(params, inputs), int(rng.integers(2**62))
+    sampled = splash.sampled_oracle(params, inputs, seed, count=20)
+    assert sampled["out"].shape == want["out"].shape and sampled["dk"].shape == want["dk"].shape
+    for output, rows in sampled.items():
+        assert rows.seed == seed and rows.rows == 20
+        np.testing.assert_allclose(rows.values(), want[output][rows.index], rtol=1e-11,
+                                   atol=1e-12)
+
+
+def test_a_forward_check_on_sampled_rows_never_computes_the_key_statistics(monkeypatch, rng):
+    params = POINTS["causal_mha"]
+    inputs = draw(params, rng)
+    monkeypatch.setattr(oracle_rows, "statistics", lambda *a: pytest.fail("computed"))
+    want = splash.sampled_oracle(params, inputs, 7, count=8)
+    found = verify.compare(dense(params, inputs)["out"], want["out"], 1e-9, 0)
+    assert found["passed"] and found["sampled"] == {"rows": 8, "of": 192, "seed": 7}
+
+
+def test_a_check_on_sampled_rows_fails_a_wrong_sampled_row_a_nan_anywhere_and_a_shape(rng):
+    """A wrong value where a row is sampled fails; a NaN (an unwritten poisoned element)
+    fails wherever it is, sampled or not; so does a shape the oracle does not have."""
+    params = POINTS["local_gqa"]
+    inputs = draw(params, rng)
+    right = dense(params, inputs)["dq"]
+    want = splash.sampled_oracle(params, inputs, int(rng.integers(2**62)), count=5)["dq"]
+    assert verify.compare(right, want, 1e-9, 1e-9)["passed"]
+    wrong = right.copy()
+    h, i = want.index[0][3], want.index[1][3]
+    wrong[h, i, 2] += 1e-3
+    assert not verify.compare(wrong, want, 1e-9, 1e-9)["passed"]
+    unsampled = sorted(set(np.ndindex(*right.shape[:2])) - set(zip(*want.index, strict=True)))
+    nan = right.copy()
+    nan[unsampled[int(rng.integers(len(unsampled)))]] = np.nan
+    found = verify.compare(nan, want, 1e-9, 1e-9)
+    assert not found["passed"] and found["nan_count"] == right.shape[2]
+    found = verify.compare(right[:, :-1], want, 1e-9, 1e-9)
+    assert not found["passed"] and "shape" in found["error"]
+
+
+def test_from_its_threshold_the_case_oracle_answers_sampled_rows(rng):
+    params = {"heads_q": 1, "heads_kv": 1, "seq_len": splash.ROWS_FROM_SEQ_LEN, "head_dim": 8,
+              "mask": {"kind": "causal"}, "dtype": "float32"}
+    inputs = splash.make_inputs(params, rng)
+    found = splash.oracle(params, inputs)
+    assert all(isinstance(r, contract.SampledRows) and r.rows == splash.SAMPLED_ROWS
+               for r in found.values())
+    assert len({r.seed for r in found.values()}) == 1

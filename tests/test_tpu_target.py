@@ -8,8 +8,10 @@ import types
 
 import jax
 import pytest
+import yaml
 
-from casebook import off_device, paths, wheelhouse
+from casebook import config, off_device, paths, stage, wheelhouse
+from casebook.errors import CasebookError
 from kernels import contract, mgpu_interpret
 from kernels.grouped_gemm_fp8_bf16 import device as grouped_device
 
@@ -87,3 +89,64 @@ def test_a_tpu_targets_job_without_the_device_keeps_off_the_chip(monkeypatch):
     assert off_device.off_the_chip(job("tpu-v5e", gpu=0))
     assert os.environ["JAX_PLATFORMS"] == "cpu"
     monkeypatch.delenv("JAX_PLATFORMS")
+
+
+# -- points measured on the TPU alone (build-only elsewhere) ------------------------------
+
+SHIPPED = paths.SOURCE_ROOT / config.SHIPPED_CASES
+
+
+def shipped_splash() -> dict:
+    return config.load_case(SHIPPED, "splash_attention")
+
+
+def test_a_build_only_point_measured_on_the_tpu_is_a_point_there_alone():
+    spec = shipped_splash()
+    on_tpu = [p["name"] for p in paths.for_target(spec, "tpu-v5e")["points"]]
+    assert {"s4k_d128_causal", "s4k_d128_local"} <= set(on_tpu)
+    assert paths.for_target(spec, "cpu") is spec
+    assert "s4k_d128_causal" not in [p["name"] for p in
+                                     paths.for_target(spec, "tpu-v5e")["build_only_points"]]
+    tpu_records = paths.case_records(spec, "tpu-v5e")
+    for record in (paths.verify_record("tpu-v5e", "splash_attention", "upstream",
+                                       "s4k_d128_causal"),
+                   paths.time_record("tpu-v5e", "splash_attention", "upstream_bwd",
+                                     "s4k_d128_causal"),
+                   paths.compare_record("tpu-v5e", "splash_attention", "s4k_d128_local")):
+        assert record in tpu_records
+    # its near misses are dense: no check power at a sampled-row point
+    assert paths.check_power_record("tpu-v5e", "splash_attention", "s4k_d128_causal") \
+        not in tpu_records
+    assert not [r for r in paths.case_records(spec, "cpu") if "s4k_d128" in r]
+
+
+def test_a_job_of_a_point_measured_elsewhere_is_refused_naming_the_point():
+    job = stage.load(str(SHIPPED), "splash_attention", "tpu-v5e",
+                     "s4k_d128_causal", "upstream")
+    assert job.params["seq_len"] == 4096 and not job.build_only
+    with pytest.raises(CasebookError, match="s4k_d128_causal"):
+        stage.load(str(SHIPPED), "splash_attention", "cpu", "s4k_d128_causal",
+                   "upstream")
+
+
+def on_cpu(spec: dict) -> None:
+    spec["build_only_points"][0]["measured_on"] = ["cpu"]
+
+
+def at_a_dtype_without_tolerance(spec: dict) -> None:
+    """float32: a dtype no interpreted point has, its tolerance removed."""
+    del spec["tolerances"]["float32"]
+    spec["build_only_points"][0]["params"]["dtype"] = "float32"
+    spec["build_only_points"][0]["measured_on"] = ["tpu-v5e"]
+
+
+@pytest.mark.parametrize("change, key", [
+    (on_cpu, "build_only_points.0.measured_on.0"),
+    (at_a_dtype_without_tolerance, "build_only_points.0.params.dtype"),
+], ids=["on-cpu", "no-tolerance"])
+def test_a_bad_measured_on_is_refused_naming_its_key(tmp_path, change, key):
+    spec = yaml.safe_load((SHIPPED / "splash_attention.yaml").read_text())
+    change(spec)
+    (tmp_path / "splash_attention.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(CasebookError, match=rf"splash_attention\.yaml: {key}"):
+        config.load_case(tmp_path, "splash_attention")

@@ -11,11 +11,13 @@ on a Blackwell GPU (no interpreter runs tcgen05 or tensor memory).
 
 Outputs (named): the forward variants return ``out``; the backward variants (``*_bwd``)
 return ``dq``, ``dk``, ``dv`` for the cotangent ``do`` drawn with the inputs. The oracle
-answers all four.
+answers all four: densely below ROWS_FROM_SEQ_LEN, from SAMPLED_ROWS query rows and as
+many key rows above it (``oracle_rows``), drawn when the oracle runs, after the kernel.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from kernels.splash_attention import (
     masks,
     near_misses,
     oracle_f64,
+    oracle_rows,
     oracle_vjp,
     port,
     upstream,
@@ -44,6 +47,12 @@ VARIANTS = (*UPSTREAM_VARIANTS, *port.VARIANTS)
 BACKWARD_VARIANTS = ("upstream_bwd", *port.GRADIENT_VARIANTS)
 GRADIENTS = ("dq", "dk", "dv")
 DTYPES = {"float32": np.float32, "float16": np.float16}
+# From this length the dense oracle's [H, S, S] float64 arrays (2 GiB a head group at S
+# 4096, H 16, and several of them for autodiff) give way to sampled rows: a query row's
+# out and dq cost O(S·d), a key row's dk and dv need every query's statistics, O(H·S²·d)
+# once per check (about 1 s at S 4096 here, 16× that at S 16384).
+ROWS_FROM_SEQ_LEN = 2048
+SAMPLED_ROWS = 64
 
 
 def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -62,7 +71,10 @@ def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, n
 
 def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The float64 answers for exactly these (already rounded) inputs: ``out`` from the
-    numpy oracle, ``dq``, ``dk``, ``dv`` by float64 autodiff of the dense reference."""
+    numpy oracle, ``dq``, ``dk``, ``dv`` by float64 autodiff of the dense reference; from
+    ROWS_FROM_SEQ_LEN on, those of rows drawn now (``sampled_oracle``)."""
+    if params["seq_len"] >= ROWS_FROM_SEQ_LEN:
+        return sampled_oracle(params, inputs, secrets.randbits(63))
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     ids = masks.segment_ids(params)
     segments = None if ids is None else (ids, ids)
@@ -71,6 +83,35 @@ def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> dict[str, n
     _, dq, dk, dv = oracle_vjp.gradients(q, k, v, inputs["do"], mask,
                                             segment_ids=segments, soft_cap=cap)
     return {"out": out, "dq": dq, "dk": dk, "dv": dv}
+
+
+def sampled_oracle(params: dict[str, Any], inputs: dict[str, np.ndarray], seed: int,
+                   count: int = SAMPLED_ROWS) -> dict[str, contract.SampledRows]:
+    """The exact float64 ``out`` and ``dq`` of ``count`` query rows and ``dk``, ``dv`` of
+    ``count`` key rows drawn from ``seed``, each computed only when a check reads it."""
+    picked = oracle_rows.sample(params, np.random.default_rng(seed), count)
+    at_queries = (picked["query_heads"], picked["query_rows"])
+    at_keys = (picked["kv_heads"], picked["key_rows"])
+    found: dict[str, dict[str, np.ndarray]] = {}
+
+    def queries() -> dict[str, np.ndarray]:
+        if "queries" not in found:
+            found["queries"] = oracle_rows.query_rows(params, inputs, *at_queries)
+        return found["queries"]
+
+    def keys() -> dict[str, np.ndarray]:
+        if "keys" not in found:
+            found["keys"] = oracle_rows.key_rows(
+                params, inputs, oracle_rows.statistics(params, inputs), *at_keys)
+        return found["keys"]
+
+    q_shape, kv_shape = inputs["q"].shape, inputs["k"].shape
+    out_shape = (*q_shape[:2], inputs["v"].shape[2])
+    return {"out": contract.SampledRows(out_shape, at_queries, lambda: queries()["out"], seed),
+            "dq": contract.SampledRows(q_shape, at_queries, lambda: queries()["dq"], seed),
+            "dk": contract.SampledRows(kv_shape, at_keys, lambda: keys()["dk"], seed),
+            "dv": contract.SampledRows((*kv_shape[:2], inputs["v"].shape[2]), at_keys,
+                                       lambda: keys()["dv"], seed)}
 
 
 def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
