@@ -59,7 +59,10 @@ def test_the_trace_clock_sums_the_programs_of_its_sample(monkeypatch):
     monkeypatch.setattr(tpu, "read", lambda path, device: programs)
     out, timing = tpu.TraceClock().time(lambda: jnp.ones(3) * 2, jax.block_until_ready)
     assert (np.asarray(out) == 2).all()
-    assert timing.seconds == timing.kernel_s == pytest.approx(2.5e-3)
+    # the sample is the programs' time: no kernel sum beside it (that is CUPTI's, with
+    # its launch overhead, which a trace does not give; the third window's baselines
+    # failed on a summary that took one without the other)
+    assert timing.seconds == pytest.approx(2.5e-3) and timing.kernel_s is None
     assert timing.kernels == 2 and timing.host_s > 0 and timing.unseen_s == 0
 
 

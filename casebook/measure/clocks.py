@@ -41,7 +41,7 @@ class Timing:
     host_s: float  # host wall time from launch to the end of the wait
     kernel_s: float | None = None  # sum of kernel durations (CUPTI only)
     launch_overhead_s: float | None = None  # launch to first kernel start (CUPTI only)
-    kernels: int | None = None  # kernels seen in the sample (CUPTI only)
+    kernels: int | None = None  # kernels (CUPTI) or programs (a TPU trace) in the sample
     unseen_s: float = 0.0  # device work outside the timed window or stream
 
 

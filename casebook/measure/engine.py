@@ -132,7 +132,8 @@ class Measurement:
         """The record's measurement; ``floor``: the host's noise floor, where recorded."""
         kept = [r for r in self.rows if not r["discarded"]]
         extra = {}
-        if kept and kept[0]["kernel_seconds"] is not None:
+        if kept and all(r["kernel_seconds"] is not None
+                        and r["launch_overhead_seconds"] is not None for r in kept):
             extra = {"kernel_median_s": float(np.median([r["kernel_seconds"] for r in kept])),
                      "launch_overhead_median_s": float(np.median(
                          [r["launch_overhead_seconds"] for r in kept]))}

@@ -146,8 +146,7 @@ class TraceClock:
         if not ran:
             raise TpuUnavailable("the trace saw no program on the TPU: nothing ran on it")
         device_s = sum(m.seconds for m in ran)
-        return out, clocks.Timing(seconds=device_s, host_s=host_s, kernel_s=device_s,
-                                  kernels=len(ran))
+        return out, clocks.Timing(seconds=device_s, host_s=host_s, kernels=len(ran))
 
     def time_many(self, samples: list[tuple[Callable[[], Any], clocks.Launch, clocks.Wait]]
                   ) -> list[tuple[Any, clocks.Timing]]:
@@ -175,7 +174,7 @@ class TraceClock:
                                      "nothing ran on it")
             device_s = sum(m.seconds for m in programs)
             timed.append((out, clocks.Timing(seconds=device_s, host_s=host_s,
-                                             kernel_s=device_s, kernels=len(programs))))
+                                             kernels=len(programs))))
         return timed
 
     def device_seconds(self, block: clocks.Launch) -> float:
