@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from kernels import contract
+
 
 def stay_on_host() -> None:
     """Give this process's jax the CPU backend only."""
@@ -22,10 +24,14 @@ TPU_TARGETS = ("tpu-v5e",)
 
 def off_the_chip(job) -> bool:
     """Keep a job of a TPU target that does not hold the device (no ``gpu`` resource: a
-    lowering, a figure) on the host. ``job``: a script's ``snakemake`` object. True if this
-    moved it."""
+    lowering, a figure) on the host, and tell every job of a TPU target so
+    (``contract.TARGET_PLATFORM``): a GPU kernel there is refused without opening the
+    chip. ``job``: a script's ``snakemake`` object. True if this moved it."""
     target = getattr(getattr(job, "wildcards", None), "target", None)
-    if target not in TPU_TARGETS or getattr(getattr(job, "resources", None), "gpu", 0):
+    if target not in TPU_TARGETS:
+        return False
+    os.environ[contract.TARGET_PLATFORM] = "tpu"
+    if getattr(getattr(job, "resources", None), "gpu", 0):
         return False
     stay_on_host()
     return True

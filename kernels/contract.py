@@ -58,6 +58,9 @@ from typing import Any, NamedTuple, Protocol, TypedDict
 import numpy as np
 
 SINGLE_OUTPUT = "out"  # the name of an output given as a bare array
+# Set by the pipeline in a job whose target is a TPU ("tpu"): a kernel that cannot run on
+# one refuses (NotRunnable) before anything opens the chip, which takes seconds a process.
+TARGET_PLATFORM = "CASEBOOK_TARGET_PLATFORM"
 OPTIONAL = ("races_found", "reset", "compare", "tile_candidates", "intermediates",
             "ablates", "ablation_refusal", "work")
 

@@ -190,6 +190,10 @@ def placement(purpose: str, arch: str = "sm_90a") -> tuple[Any, dict[str, Any]]:
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; known: {sorted(ARCHITECTURES)}")
     capability, family = ARCHITECTURES[arch]
+    if os.environ.get(contract.TARGET_PLATFORM) == "tpu":
+        raise contract.NotRunnable(f"not runnable on a TPU: a Mosaic GPU ({arch}) kernel needs "
+                                   f"an NVIDIA GPU of compute capability {capability}; this "
+                                   f"job's target is a TPU (the chip left unopened)")
     start_host_backend()
     device = jax.devices()[0]
     if device.platform == "cpu":

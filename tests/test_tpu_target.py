@@ -81,14 +81,31 @@ def test_a_tpu_targets_job_without_the_device_keeps_off_the_chip(monkeypatch):
         return types.SimpleNamespace(wildcards=types.SimpleNamespace(target=target),
                                      resources=types.SimpleNamespace(**resources))
 
-    for kept in (job("tpu-v5e", gpu=1), job("h200", gpu=0), job("cpu"),
-                 types.SimpleNamespace()):
+    for kept in (job("h200", gpu=0), job("cpu"), types.SimpleNamespace()):
         monkeypatch.delenv("JAX_PLATFORMS", raising=False)
         assert not off_device.off_the_chip(kept)
         assert "JAX_PLATFORMS" not in os.environ
+        assert contract.TARGET_PLATFORM not in os.environ
+    assert not off_device.off_the_chip(job("tpu-v5e", gpu=1))
+    assert "JAX_PLATFORMS" not in os.environ and os.environ[contract.TARGET_PLATFORM] == "tpu"
     assert off_device.off_the_chip(job("tpu-v5e", gpu=0))
     assert os.environ["JAX_PLATFORMS"] == "cpu"
     monkeypatch.delenv("JAX_PLATFORMS")
+    monkeypatch.delenv(contract.TARGET_PLATFORM)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_a_tpu_targets_job_refuses_a_mosaic_gpu_kernel_without_opening_the_chip(
+        monkeypatch, arch):
+    """Opening the chip costs seconds a process, and 14 of a splash point's 32 jobs are
+    Mosaic GPU variants: where the pipeline says the target is a TPU, placement refuses
+    before jax is asked for a device."""
+    monkeypatch.setenv(contract.TARGET_PLATFORM, "tpu")
+    monkeypatch.setattr(jax, "devices", lambda *args: pytest.fail("the chip was opened"))
+    with pytest.raises(contract.NotRunnable,
+                       match=rf"^not runnable on a TPU: a Mosaic GPU \({arch}\) kernel needs an "
+                             r"NVIDIA GPU .*target is a TPU"):
+        mgpu_interpret.placement("check", arch)
 
 
 # -- points measured on the TPU alone (build-only elsewhere) ------------------------------
