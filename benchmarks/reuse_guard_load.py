@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.workloads import RESULTS
-from casebook import records, timing
+from casebook import files, records, timing
 from casebook.measure import engine, guards
 from kernels.contract import Runnable
 
@@ -260,7 +260,7 @@ def main() -> None:
                     "cheats_caught_share": 1.0},
         "passed": passed, "wall_s": time.perf_counter() - started})
     path = RESULTS / "reuse_guard_load.json"
-    records.atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+    files.atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     print(f"false refusals {honest_result['refused']}/{args.runs}, cheats caught "
           f"{caught}/{args.cheat_runs * len(cheats)}; passed {passed}; wrote {path}")
 

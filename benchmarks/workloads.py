@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import paths, records
+from casebook import files, paths, records
 from casebook.measure import clocks, engine, stats, stopping
 from kernels import contract
 from kernels.contract import Runnable
@@ -58,6 +58,6 @@ def write(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     host = {"machine": platform.machine(), "processor": platform.processor(),
             "python": platform.python_version(), "node": platform.node()}
-    records.atomic_write_text(path, json.dumps({"host": host, **records.made(), **data},
+    files.atomic_write_text(path, json.dumps({"host": host, **records.made(), **data},
                                                indent=2) + "\n")
     return path

@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from casebook import paths
+from casebook import files, paths
 from casebook.errors import CasebookError, shown
 from casebook.plugin_answers import PluginAnswers
 
@@ -41,17 +41,10 @@ def _with_defaults(validator_class: type) -> type:
 _Validator = _with_defaults(jsonschema.Draft202012Validator)
 
 
-def load_yaml(text: str) -> Any:
-    """YAML's safe subset, parsed by libyaml where PyYAML has it: every job reads the
-    schemas and a case config, and the pure-Python parser took a tenth of a second of each
-    job's startup (``read_yaml`` words a user's syntax error with the pure-Python one)."""
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
 @functools.cache
 def _schema(path: Path) -> dict[str, Any]:
     try:
-        return load_yaml(path.read_text())
+        return files.load_yaml(path.read_text())
     except FileNotFoundError:
         raise CasebookError(path, None, "schema file is missing") from None
 
@@ -92,7 +85,7 @@ def read_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise CasebookError(path, None, "file not found") from None
     try:
-        return load_yaml(text)
+        return files.load_yaml(text)
     except yaml.YAMLError:
         pass  # parsed again below, by the pure-Python parser, for its wording of the error
     try:

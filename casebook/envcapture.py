@@ -5,43 +5,15 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-from casebook import paths, provenance
-from casebook.errors import CasebookError
+from casebook import locks, paths, provenance
 
 # Settings read from the environment that change how JAX/XLA run (thread pool, devices).
 RUNTIME_VARIABLES = ("PJRT_NPROC", "XLA_FLAGS", "JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalisation, so ``PyYAML`` and ``pyyaml`` compare equal."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def read_lock(path: Path) -> dict[str, str]:
-    """``{package: version}`` pinned by a hash-pinned requirements lock."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise CasebookError(path, None, "lock file not found") from None
-    pins = {}
-    for number, line in enumerate(lines, 1):
-        if not line or line[0] in " #\t-":
-            continue
-        match = _PIN.match(line)
-        if match is None:
-            raise CasebookError(path, f"line {number}", f"not a `name==version` pin: {line!r}")
-        pins[normalize(match[1])] = match[2]
-    if not pins:
-        raise CasebookError(path, None, "lock pins no package")
-    return pins
 
 
 def installed() -> dict[str, str]:
@@ -50,7 +22,7 @@ def installed() -> dict[str, str]:
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
         if name:
-            found.setdefault(normalize(name), dist.version)
+            found.setdefault(locks.normalize(name), dist.version)
     return dict(sorted(found.items()))
 
 
@@ -84,8 +56,8 @@ def capture(lock_platform: str, target: str = "cpu") -> dict[str, Any]:
     host of ``target`` (an offline accelerator host's drift says what its bundle leaves
     out on purpose)."""
     lock = paths.lock_file(lock_platform)
-    references = read_lock(paths.REFERENCE_LOCK)
-    locked = {**read_lock(lock), **references}
+    references = locks.versions(paths.REFERENCE_LOCK)
+    locked = {**locks.versions(lock), **references}
     found = installed()
     from casebook.wheelhouse import HOST_OF_TARGET, HOSTS
 

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from casebook import cases, conditions, config, paths, records
+from casebook import cases, conditions, config, files, paths, records
 from casebook.evidence import Evidence, gather, launch_name, lowered_launches
 
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
@@ -39,7 +39,7 @@ def _save(fig: plt.Figure, path: str) -> None:
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     plt.close(fig)
-    records.atomic_write_text(path, buffer.getvalue())
+    files.atomic_write_text(path, buffer.getvalue())
 
 
 def draw_correctness(ev: Evidence) -> plt.Figure:

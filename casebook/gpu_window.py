@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from casebook import archive, config, hostcapture, paths, provenance, records
+from casebook import archive, config, files, hostcapture, paths, provenance, records
 from casebook.errors import CasebookError
 
 WINDOW_CONFIG = paths.SOURCE_ROOT / "configs" / "gpu-window.yaml"
@@ -196,7 +196,7 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
     start = time.monotonic()
     deadline = start + window["total_s"] - window["pack_s"]
     overlay = Path(paths.LOGS) / "gpu_window" / "config.yaml"
-    records.atomic_write_text(overlay, yaml.safe_dump(window["config"]))
+    files.atomic_write_text(overlay, yaml.safe_dump(window["config"]))
     steps = []
     argvs = commands(window, target, str(overlay))
     for index, (step, step_commands) in enumerate(zip(window["steps"], argvs, strict=True)):

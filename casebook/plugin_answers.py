@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from casebook import cases, paths, provenance, records
+from casebook import cases, files, paths, provenance
 
 
 class PluginAnswers:
@@ -71,7 +71,7 @@ class PluginAnswers:
         if not self.added:
             return
         with contextlib.suppress(OSError):
-            records.atomic_write_text(self.file, json.dumps(
+            files.atomic_write_text(self.file, json.dumps(
                 {"case": self.case, "sources_sha256": self.sources_sha256,
                  "answers": self.kept}, indent=1, sort_keys=True))
             self.added = False

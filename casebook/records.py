@@ -10,14 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-from casebook import config, errors, paths, provenance
+from casebook import files, paths, provenance
 from casebook.errors import CasebookError
 
 SCHEMA_VERSION = 1
@@ -28,7 +26,7 @@ REFUSED = "not measurable"
 
 @functools.cache
 def _schema_document() -> dict[str, Any]:
-    return config.load_yaml(paths.RECORD_SCHEMA.read_text())
+    return files.load_yaml(paths.RECORD_SCHEMA.read_text())
 
 
 @functools.cache
@@ -59,23 +57,6 @@ def check(path: object, kind: str, data: Any) -> None:
         raise CasebookError(path, _field(error), error.message)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, then rename: never half-written, and
-    never by a job whose Snakemake run is gone (killed: its outputs are incomplete)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        if errors.run_gone():
-            raise SystemExit(f"casebook: not writing {path}: this job's Snakemake run is gone")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def made() -> dict[str, str]:
     """When, and at which commit, a record (or a benchmark's result) is made now."""
     return {"created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -91,7 +72,7 @@ def write(path: str | Path, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     """Stamp, validate and atomically write one record; returns what was written."""
     record = stamp(kind, body)
     check(path, kind, record)
-    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=False) + "\n")
+    files.atomic_write_text(path, json.dumps(record, indent=2, sort_keys=False) + "\n")
     return record
 
 

@@ -28,6 +28,7 @@ import markupsafe
 from casebook import (
     conditions,
     config,
+    files,
     history,
     hostcapture,
     methods,
@@ -63,7 +64,7 @@ def _environment() -> jinja2.Environment:
 
 def _render(out: str, template: str, **context: Any) -> None:
     html = _environment().get_template(template).render(**context)
-    records.atomic_write_text(out, html)
+    files.atomic_write_text(out, html)
 
 
 def publish(result: str, root: str) -> str | None:
@@ -286,7 +287,7 @@ def target_records(targets: list[str], root: str) -> None:
 def static_assets(root: str) -> None:
     """The style sheet and script, copied into the site part at ``root``."""
     for asset in sorted(paths.STATIC_DIR.iterdir()):
-        records.atomic_write_text(paths.site_static(asset.name, root), asset.read_text())
+        files.atomic_write_text(paths.site_static(asset.name, root), asset.read_text())
 
 
 def methods_page(case_dir: str, cases: list[str], targets: list[str],

@@ -35,12 +35,12 @@ import sys
 import tarfile
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from casebook import paths, provenance
-from casebook.envcapture import normalize
 from casebook.errors import CasebookError
+from casebook.locks import Pin, normalize, read_lock
 from casebook.provenance import file_sha256
 
 MIB = 1 << 20
@@ -113,51 +113,6 @@ HOSTS = {
 }
 # A target's offline host, where it has one.
 HOST_OF_TARGET = {"h100": "gpu", "h200": "gpu", "b200": "gpu", "tpu-v5e": "tpu"}
-_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
-_HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
-_VIA = re.compile(r"^\s+#\s+(?:via\s+)?(\S.*)$")
-
-
-@dataclass
-class Pin:
-    """One locked package: its version, hashes, and who requires it (``-r`` for the .in)."""
-
-    name: str
-    version: str
-    hashes: list[str] = field(default_factory=list)
-    via: set[str] = field(default_factory=set)
-
-    def requirement(self) -> str:
-        hashes = "".join(f" \\\n    --hash={h}" for h in self.hashes)
-        return f"{self.name}=={self.version}{hashes}\n"
-
-
-def read_lock(path: Path) -> dict[str, Pin]:
-    """A uv-compiled lock with hashes and ``# via`` annotations, by normalised name."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise CasebookError(path, None, "lock file not found") from None
-    pins: dict[str, Pin] = {}
-    current = None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if match := _ENTRY.match(line):
-            current = pins.setdefault(normalize(match[1]), Pin(normalize(match[1]), match[2]))
-        elif current is None or not line[0].isspace():
-            if not line.startswith("#"):
-                raise CasebookError(path, f"line {number}", f"not a lock entry: {line!r}")
-            continue
-        current.hashes += _HASH.findall(line)
-        if (via := _VIA.match(line)) and not line.strip().startswith("--"):
-            current.via.add("-r" if via[1].startswith("-r ") else normalize(via[1]))
-    for pin in pins.values():
-        if not pin.hashes:
-            raise CasebookError(path, pin.name, "pinned without a hash")
-    return pins
-
-
 def read_host(path: Path = HOSTS["gpu"].package_list) -> dict[str, str | None]:
     """``{package: version or None}`` of a host's package list (``python`` included)."""
     try:

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from casebook import envcapture, hostcapture, paths, records
+from casebook import envcapture, hostcapture, locks, paths, records
 from casebook.errors import CasebookError
 
 
 def test_cpu_lock_pins_jax_0_10_2_with_hashes():
-    pins = envcapture.read_lock(paths.lock_file("cpu"))
+    pins = locks.versions(paths.lock_file("cpu"))
     assert pins["jax"] == "0.10.2"
     assert {"snakemake", "jaxlib", "numpy", "matplotlib", "jinja2"} <= pins.keys()
     text = paths.lock_file("cpu").read_text()
@@ -20,7 +20,7 @@ def test_cpu_lock_pins_jax_0_10_2_with_hashes():
 
 
 def test_cuda_lock_pins_the_gpu_stack():
-    pins = envcapture.read_lock(paths.lock_file("cuda"))
+    pins = locks.versions(paths.lock_file("cuda"))
     assert {"jax-cuda13-plugin", "cupti-python", "nvidia-ml-py", "cuda-python"} <= pins.keys()
 
 
@@ -28,7 +28,7 @@ def test_bad_lock_line_is_named(tmp_path):
     lock = tmp_path / "x.lock"
     lock.write_text("numpy==2.0 \\\n    --hash=sha256:00\nnot a pin\n")
     with pytest.raises(CasebookError, match="line 3"):
-        envcapture.read_lock(lock)
+        locks.versions(lock)
 
 
 def test_drift_names_missing_and_changed_packages():

@@ -4,8 +4,10 @@ proves the host's packages plus the wheelhouse are all that the pipeline needs."
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +50,49 @@ def test_dsl_module_imports(module):
 @pytest.mark.parametrize("module", CUDA_ONLY)
 def test_cuda_lock_module_imports(module):
     importlib.import_module(module)
+
+
+def imports_of(module: str) -> set[str]:
+    """The project modules ``module`` imports, anywhere in it (a function's lazy import
+    too): ``from pkg import name`` counts as ``pkg.name`` where that is a module."""
+    path = paths.SOURCE_ROOT / Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES
+                      else node.module for alias in node.names}
+    return (found & MODULES) - {module}
+
+
+MODULES = {m.removesuffix(".__init__") for m in OWN} | {"casebook", "kernels"}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports), or None."""
+    state: dict[str, str] = {}
+    trail: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        trail.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == "open":
+                return [*trail[trail.index(imported):], imported]
+            if imported not in state and (found := visit(imported)):
+                return found
+        state[module] = "done"
+        trail.pop()
+        return None
+
+    return next((c for m in sorted(graph) if m not in state and (c := visit(m))), None)
+
+
+def test_no_module_of_casebook_or_kernels_imports_itself_through_others():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    graph = {module: imports_of(module) for module in MODULES}
+    assert len(graph) > 100 and graph["casebook.records"] >= {"casebook.files"}
+    assert cycle(graph) is None, " -> ".join(cycle(graph))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from casebook import errors, records
+from casebook import errors, files, records
 from casebook.errors import CasebookError
 
 CONDITIONS = {k: ["a fact"] for k in ("reference", "hardware_software", "correctness",
@@ -98,9 +98,9 @@ def test_a_passing_verify_record_cannot_carry_failures(tmp_path):
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "f.txt"
-    records.atomic_write_text(path, "old")
+    files.atomic_write_text(path, "old")
     with pytest.raises(UnicodeEncodeError):  # fails mid-write: a lone surrogate
-        records.atomic_write_text(path, "new \ud800")
+        files.atomic_write_text(path, "new \ud800")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
@@ -108,14 +108,14 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 def test_a_job_whose_run_is_gone_writes_nothing(tmp_path, monkeypatch):
     """A killed run's job still computing when its run dies never renames a record in."""
     path = tmp_path / "f.txt"
-    records.atomic_write_text(path, "old")
+    files.atomic_write_text(path, "old")
     monkeypatch.setenv(errors.RUN_PID, str(os.getpid()))  # its run alive: it writes
-    records.atomic_write_text(path, "new")
+    files.atomic_write_text(path, "new")
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     monkeypatch.setenv(errors.RUN_PID, str(ended.pid))
     with pytest.raises(SystemExit, match="run is gone"):
-        records.atomic_write_text(path, "after the run")
+        files.atomic_write_text(path, "after the run")
     assert path.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 

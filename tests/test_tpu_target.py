@@ -10,7 +10,7 @@ import jax
 import pytest
 import yaml
 
-from casebook import config, off_device, paths, stage, wheelhouse
+from casebook import config, locks, off_device, paths, stage, wheelhouse
 from casebook.errors import CasebookError
 from kernels import contract, mgpu_interpret
 from kernels.grouped_gemm_fp8_bf16 import device as grouped_device
@@ -58,7 +58,7 @@ def test_case_03s_ragged_dot_baseline_runs_on_a_tpu_and_its_gpu_kernels_do_not(o
 
 def test_the_tpu_bundle_carries_the_pipeline_and_keeps_the_hosts_jax():
     host = wheelhouse.HOSTS["tpu"]
-    decisions = wheelhouse.plan(wheelhouse.read_lock(paths.lock_file(host.lock)),
+    decisions = wheelhouse.plan(locks.read_lock(paths.lock_file(host.lock)),
                                 wheelhouse.read_host(host.package_list), host.not_carried)
     carried = {n for n, d in decisions.items() if d["decision"] == "carry"}
     assert {"snakemake", "jsonschema", "pyyaml", "psutil", "nvidia-ml-py"} <= carried

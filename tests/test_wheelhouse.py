@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from casebook import paths, wheelhouse
+from casebook import locks, paths, wheelhouse
 from casebook.errors import CasebookError
 
 LOCK = """\
@@ -47,7 +47,7 @@ def test_plan_carries_what_the_host_lacks_and_nothing_else(tmp_path):
     lock.write_text(LOCK)
     host = tmp_path / "host.txt"
     host.write_text("python==3.12.3\nhostpkg==9.8  # older than locked\n")
-    decisions = wheelhouse.plan(wheelhouse.read_lock(lock), wheelhouse.read_host(host))
+    decisions = wheelhouse.plan(locks.read_lock(lock), wheelhouse.read_host(host))
     carried = sorted(n for n, d in decisions.items() if d["decision"] == "carry")
     assert carried == ["alpha", "beta"]
     assert decisions["hostpkg"]["decision"] == "on the host (9.8; locked 9.9)"
@@ -57,7 +57,7 @@ def test_plan_carries_what_the_host_lacks_and_nothing_else(tmp_path):
 
 
 def test_the_real_plan_drops_the_hosts_packages_and_keeps_the_pipelines():
-    decisions = wheelhouse.plan(wheelhouse.read_lock(paths.lock_file("cuda")),
+    decisions = wheelhouse.plan(locks.read_lock(paths.lock_file("cuda")),
                                 wheelhouse.read_host())
     carried = {n for n, d in decisions.items() if d["decision"] == "carry"}
     assert {"snakemake", "jsonschema", "cupti-python", "psutil"} <= carried
@@ -76,7 +76,7 @@ def test_a_lock_entry_without_hash_is_refused(tmp_path):
     lock = tmp_path / "cuda.lock"
     lock.write_text("alpha==1.0\n    # via -r env/cuda.in\n")
     with pytest.raises(CasebookError, match="alpha: pinned without a hash"):
-        wheelhouse.read_lock(lock)
+        locks.read_lock(lock)
 
 
 def make_wheel(folder: Path, name: str, payload_bytes: int) -> Path:

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from casebook import records
+from casebook import files
 
 COLUMNS = ("sample", "input_set", "seconds", "host_seconds", "kernel_seconds",
            "launch_overhead_seconds", "kernels", "unseen_seconds", "sm_clock_mhz",
@@ -21,7 +21,7 @@ def write(path: str, rows: list[dict[str, Any]]) -> None:
     writer = csv.DictWriter(table, COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: ("" if row[k] is None else row[k]) for k in COLUMNS} for row in rows)
-    records.atomic_write_text(path, table.getvalue())
+    files.atomic_write_text(path, table.getvalue())
 
 
 def write_interleaved(path: str, measured: dict[str, list[dict[str, Any]]]) -> None:
@@ -34,7 +34,7 @@ def write_interleaved(path: str, measured: dict[str, list[dict[str, Any]]]) -> N
         writer.writerows({"subject": subject, "round": row["round"],
                           **{k: ("" if row[k] is None else row[k]) for k in COLUMNS}}
                          for row in rows)
-    records.atomic_write_text(path, table.getvalue())
+    files.atomic_write_text(path, table.getvalue())
 
 
 def kept(text: str) -> list[float]:
