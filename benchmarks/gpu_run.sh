@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_run.sh --out DIR                   # run; the archive lands in DIR
 #
 # CASEBOOK_PYTHON: the interpreter (default .venv/bin/python where it exists, else python3).
-# CASEBOOK_SITE: a folder made by `python -m casebook.wheelhouse install` on an offline
+# CASEBOOK_SITE: a folder made by `python -m casebook.host_install` on an offline
 # host, put first on PYTHONPATH. CASEBOOK_COMMIT: the commit of a carried tree (it wins over
 # a .git carried beside it).
 set -euo pipefail

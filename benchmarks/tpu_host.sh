@@ -17,7 +17,7 @@ out=${1:?usage: bash benchmarks/tpu_host.sh OUT [casebook.gpu_window arguments]}
 shift
 python=${CASEBOOK_PYTHON:-python3}
 site="$PWD/build/tpu-host/site"
-"$python" -m casebook.wheelhouse install build/tpu-host "$site"
+"$python" -m casebook.host_install build/tpu-host "$site"
 if [ -z "${CASEBOOK_COMMIT:-}" ]; then
   CASEBOOK_COMMIT=$("$python" -m casebook.wheelhouse commit build/tpu-host)
 fi

@@ -11,17 +11,12 @@ configured cases' reference sources that env/reference.lock provides travel as t
 alone (laid out as under site-packages), so the host hashes the same
 bytes as condition 1 without the package.
 
-``install`` runs on the host with nothing but Python and pip: it checks that every part is
-there, reassembles the chunks, checks each wheel's and source's sha256, and runs ``pip
-install --no-index --no-deps --require-hashes --target``, on top of the host's own
-packages (put the target first on PYTHONPATH).
-
-Standard library only at import: ``install`` runs before anything is installed.
+The host installs it with ``casebook.host_install`` (standard library only: nothing else
+is installed there yet), whose manifest format this module writes.
 
     python -m casebook.wheelhouse plan [--host tpu]         # what is carried, and why not
     python -m casebook.wheelhouse kept [--host tpu]         # the host's own, as lock lines
     python -m casebook.wheelhouse build OUT [--host tpu] [--max-part-mib 60]
-    python -m casebook.wheelhouse install PARTS_DIR TARGET
     python -m casebook.wheelhouse commit PARTS_DIR          # this tree's commit, checked
 """
 
@@ -40,16 +35,13 @@ from pathlib import Path
 
 from casebook import paths, provenance
 from casebook.errors import CasebookError
+from casebook.host_install import FORMAT, MANIFEST, REQUIREMENTS, SOURCES
 from casebook.locks import Pin, normalize, read_lock
 from casebook.provenance import file_sha256
 
 MIB = 1 << 20
 DEFAULT_MAX_PART = 60 * MIB
-MANIFEST = "wheelhouse.json"
-REQUIREMENTS = "requirements.txt"
-SOURCES = "sources"  # reference files, laid out as under site-packages
 TREE_STAMP = "tree.json"  # the commit and files of the tree the bundle was made from
-FORMAT = 1
 
 def _manylinux(python: str) -> dict:
     """pip's download tags for CPython ``python`` ("3.12") on manylinux x86_64."""
@@ -328,75 +320,6 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, host: Host = HOSTS["gpu"]
     return {**manifest, "written": written}
 
 
-def _members(part: Path) -> list[tarfile.TarInfo]:
-    with tarfile.open(part) as tar:
-        members = tar.getmembers()
-    for member in members:
-        parts = member.name.split("/")
-        if not member.isfile() or any(p in ("", ".", "..") or p.startswith(".") for p in parts) \
-                or (len(parts) > 1 and parts[0] != SOURCES):
-            raise CasebookError(part, member.name, f"a part holds plain files by bare name, "
-                                f"or under {SOURCES}/, only")
-    return members
-
-
-def reassemble(parts_dir: Path, into: Path) -> dict:
-    """Unpack every part into ``into``, rejoin chunks, check sizes and sha256 of each wheel."""
-    parts = sorted(parts_dir.glob("wheelhouse-*.tar"))
-    if not parts:
-        raise CasebookError(parts_dir, None, "no wheelhouse-NN.tar part found")
-    manifests = set()
-    for part in parts:
-        _members(part)
-        with tarfile.open(part) as tar:
-            tar.extractall(into, filter="data")
-        manifests.add((into / MANIFEST).read_text())
-    if len(manifests) != 1:
-        raise CasebookError(parts_dir, MANIFEST, "the parts come from different builds")
-    manifest = json.loads(manifests.pop())
-    if manifest.get("format") != FORMAT:
-        raise CasebookError(parts_dir, f"{MANIFEST}: format", f"is {manifest.get('format')!r}")
-    if len(parts) != manifest["parts"]:
-        raise CasebookError(parts_dir, None, f"{len(parts)} parts found, "
-                            f"the wheelhouse has {manifest['parts']}")
-    for wheel in manifest["wheels"]:
-        target = into / wheel["file"]
-        if wheel["chunks"]:
-            missing = [c for c in wheel["chunks"] if not (into / c).exists()]
-            if missing:
-                raise CasebookError(parts_dir, wheel["file"], f"chunks missing: {missing}")
-            with target.open("wb") as handle:
-                for chunk in wheel["chunks"]:
-                    handle.write((into / chunk).read_bytes())
-                    (into / chunk).unlink()
-        if not target.exists() or file_sha256(target) != wheel["sha256"]:
-            raise CasebookError(parts_dir, wheel["file"], "missing or sha256 differs")
-    for source in manifest["sources"]:
-        copy = into / SOURCES / source["path"]
-        if not copy.exists() or file_sha256(copy) != source["sha256"]:
-            raise CasebookError(parts_dir, source["path"], "missing or sha256 differs")
-    return manifest
-
-
-def install(parts_dir: Path, target: Path) -> dict:
-    """Install the wheelhouse into ``target`` with pip, no index, hashes required."""
-    with tempfile.TemporaryDirectory() as tmp:
-        staging = Path(tmp)
-        manifest = reassemble(parts_dir, staging)
-        command = [sys.executable, "-m", "pip", "install", "--isolated", "--quiet",
-                   "--disable-pip-version-check", "--no-index", "--no-deps",
-                   "--require-hashes", "--upgrade", "--find-links", str(staging),
-                   "--target", str(target), "-r", str(staging / REQUIREMENTS)]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"pip install exited {done.returncode}: {done.stderr[-3000:]}")
-        for source in manifest["sources"]:
-            placed = target / source["path"]
-            placed.parent.mkdir(parents=True, exist_ok=True)
-            placed.write_bytes((staging / SOURCES / source["path"]).read_bytes())
-    return manifest
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m casebook.wheelhouse", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -409,9 +332,6 @@ def main(argv: list[str] | None = None) -> int:
     for command in (planned, kept, make):
         command.add_argument("--host", choices=sorted(HOSTS), default="gpu")
     make.add_argument("--max-part-mib", type=float, default=DEFAULT_MAX_PART / MIB)
-    put = sub.add_parser("install", help="install the parts into a target folder, offline")
-    put.add_argument("parts_dir", type=Path)
-    put.add_argument("target", type=Path)
     tree = sub.add_parser("commit", help="the commit of this tree, checked against the "
                                          "bundle's tree.json (-dirty where files differ)")
     tree.add_argument("parts_dir", type=Path)
@@ -437,9 +357,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.out / part['file']}: {part['bytes'] / MIB:.1f} MiB")
             print(f"{len(done['wheels'])} wheels and {len(done['sources'])} reference sources "
                   f"in {done['parts']} parts")
-        elif args.command == "install":
-            done = install(args.parts_dir, args.target)
-            print(f"installed {len(done['wheels'])} wheels into {args.target}")
         else:
             stamp = args.parts_dir / TREE_STAMP
             try:

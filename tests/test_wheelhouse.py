@@ -3,6 +3,7 @@ offline install from the parts, and refusals of incomplete or tampered parts."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import importlib.metadata
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from casebook import locks, paths, wheelhouse
+from casebook import host_install, locks, paths, wheelhouse
 from casebook.errors import CasebookError
 
 LOCK = """\
@@ -127,7 +128,7 @@ def parts(tmp_path, monkeypatch):
 
 def test_parts_install_offline_into_a_target(parts, tmp_path):
     target = tmp_path / "site"
-    wheelhouse.install(parts, target)
+    host_install.install(parts, target)
     done = subprocess.run([sys.executable, "-c", "import bigpkg, smallpkg; "
                            "print(bigpkg.VALUE + smallpkg.VALUE)"],
                           env={**os.environ, "PYTHONPATH": str(target)},
@@ -138,8 +139,8 @@ def test_parts_install_offline_into_a_target(parts, tmp_path):
 
 def test_a_missing_part_is_refused(parts, tmp_path):
     sorted(parts.glob("wheelhouse-*.tar"))[-1].unlink()
-    with pytest.raises(CasebookError, match="parts found"):
-        wheelhouse.reassemble(parts, tmp_path / "staging")
+    with pytest.raises(host_install.InstallError, match="parts found"):
+        host_install.reassemble(parts, tmp_path / "staging")
 
 
 def test_a_tampered_chunk_is_refused(parts, tmp_path):
@@ -152,8 +153,9 @@ def test_a_tampered_chunk_is_refused(parts, tmp_path):
     with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
         for item in sorted(unpacked.iterdir()):
             tar.add(item, arcname=item.name)
-    with pytest.raises(CasebookError, match=r"bigpkg-1\.0-py3-none-any\.whl: missing or sha256"):
-        wheelhouse.reassemble(parts, tmp_path / "staging")
+    with pytest.raises(host_install.InstallError,
+                       match=r"bigpkg-1\.0-py3-none-any\.whl: missing or sha256"):
+        host_install.reassemble(parts, tmp_path / "staging")
 
 
 def test_a_part_with_a_path_is_refused(parts, tmp_path):
@@ -162,8 +164,8 @@ def test_a_part_with_a_path_is_refused(parts, tmp_path):
     evil.write_text("x")
     with tarfile.open(part, "a") as tar:
         tar.add(evil, arcname="../evil.txt")
-    with pytest.raises(CasebookError, match="plain files by bare name"):
-        wheelhouse.reassemble(parts, tmp_path / "staging")
+    with pytest.raises(host_install.InstallError, match="plain files by bare name"):
+        host_install.reassemble(parts, tmp_path / "staging")
 
 
 def names_in(part):
@@ -182,8 +184,9 @@ def test_a_tampered_source_is_refused(parts, tmp_path):
     with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
         for member in names:
             tar.add(unpacked / member, arcname=member)
-    with pytest.raises(CasebookError, match=r"upstream/kernels/reference\.py: missing or sha256"):
-        wheelhouse.reassemble(parts, tmp_path / "staging")
+    with pytest.raises(host_install.InstallError,
+                       match=r"upstream/kernels/reference\.py: missing or sha256"):
+        host_install.reassemble(parts, tmp_path / "staging")
 
 
 def reference_lock_installed() -> bool:
@@ -203,3 +206,20 @@ def test_the_reference_sources_are_the_files_the_cases_hash():
     assert str(found[0]) == str(Path(moe_nvfp4.reference_file()).resolve())
     assert found[1] == "flashinfer/" + moe_nvfp4.REFERENCE[1]
     assert found[2] == "flashinfer-python==0.7.2.post1 (env/reference.lock)"
+
+
+def test_the_host_installer_imports_the_standard_library_alone():
+    """It runs where nothing of the environment is installed yet: no third-party package
+    and no other casebook module, at import or inside a function."""
+    tree = ast.parse(Path(host_install.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_the_host_installer_names_the_bundle_it_cannot_install(tmp_path, capsys):
+    assert host_install.main([str(tmp_path), str(tmp_path / "site")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"casebook: error: {tmp_path}: no wheelhouse-NN.tar part found")
