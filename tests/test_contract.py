@@ -55,7 +55,7 @@ def test_every_shipped_case_defines_the_contract(case):
 
 
 # The modules every case names alike (docs/adding-a-case.md), each with a docstring.
-ROLE_MODULES = ("oracle_f64", "port", "baselines", "problems", "near_misses")
+ROLE_MODULES = ("oracle_f64", "upstream", "port", "baselines", "problems", "near_misses")
 
 
 @pytest.mark.parametrize("case", config.load_global()["cases"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from casebook import cases, config, paths, verify
-from kernels.moe_nvfp4 import mgpu_quantize, numerics, port, reference_launch
+from kernels.moe_nvfp4 import mgpu_quantize, numerics, port, upstream
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]
 
@@ -30,7 +30,7 @@ def check(params, runnable, inputs):
 
 
 def test_the_config_lists_every_variant_and_the_tie_window_it_states():
-    assert sorted([*port.VARIANTS, reference_launch.VARIANT]) == sorted(
+    assert sorted([*port.VARIANTS, upstream.VARIANT]) == sorted(
         v["name"] for v in SPEC["variants"])
     assert SPEC["tolerances"]["nvfp4"]["a1"]["rtol"] == numerics.TIE_WINDOW
 

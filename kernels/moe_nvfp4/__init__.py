@@ -24,7 +24,7 @@ from kernels.moe_nvfp4 import (
     near_misses,
     oracle_planes,
     port,
-    reference_launch,
+    upstream,
 )
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 from kernels.runnable import from_jax
@@ -72,7 +72,7 @@ def check_params(params: dict[str, Any]) -> tuple[str, str] | None:
 def outputs(variant: str) -> tuple[str, ...]:
     """The stages' outputs the variant returns (``port.Variant.outputs``, the names
     its function writes; the compiled reference: its GEMM1 and GEMM2)."""
-    if variant == reference_launch.VARIANT:
+    if variant == upstream.VARIANT:
         return ("h", "out")
     return _variant(variant).outputs()
 
@@ -165,9 +165,9 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
     """Lower every kernel of the variant for its architecture (sm_90a or sm_100a): grid,
     block, shared memory and, on sm_100a, tensor-memory columns and the MMA's kind. A
     configuration over a budget fails naming its stage and configuration. The reference
-    (``reference_launch``) is compiled with CuTe DSL, its launch recorded."""
-    if variant == reference_launch.VARIANT:
-        return reference_launch.build(params)
+    (``upstream``) is compiled with CuTe DSL, its launch recorded."""
+    if variant == upstream.VARIANT:
+        return upstream.build(params)
     e, m, k, n = inputs.sizes(params)
     chosen = _configured(variant, params)
     artifacts = []
@@ -199,9 +199,9 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
     """The variant on a GPU of its architecture, or (sm_90a only) in the Mosaic GPU
     interpreter on a host without a GPU (``check``: with race detection). The compiled
     reference runs nowhere here."""
-    if variant == reference_launch.VARIANT:
+    if variant == upstream.VARIANT:
         raise contract.NotRunnable(
-            f"FlashInfer's kernel (the reference): compiled for {reference_launch.ARCH} "
+            f"FlashInfer's kernel (the reference): compiled for {upstream.ARCH} "
             "here, its launch recorded, never run (it needs a Blackwell GPU, and torch "
             "for its host wrapper)")
     e, m, k, n = inputs.sizes(params)
@@ -245,6 +245,6 @@ def tile_candidates(variant: str, params: dict[str, Any]) -> dict[str, Any]:
 def intermediates(variant: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     """What the variant's kernels hand each other through memory (``port.intermediates``)."""
     e, m, k, n = inputs.sizes(params)
-    if variant == reference_launch.VARIANT:
+    if variant == upstream.VARIANT:
         return []
     return port.intermediates(_variant(variant), e, m, k, n)

@@ -3,7 +3,7 @@ for sm_100a on this host, and the launch it makes read from the compile, not inf
 from its source.
 
 The pinned wheel's kernel module is compiled with CuTe DSL in a child process (``python
--m kernels.moe_nvfp4.reference_launch``), at the point's GEMM1 and GEMM2 shapes, with the
+-m kernels.moe_nvfp4.upstream``), at the point's GEMM1 and GEMM2 shapes, with the
 tiles and cluster its entry ``grouped_gemm_nt_masked`` defaults to on sm_100 (read from
 ``_grouped_gemm_nt_masked_sm100``'s ``kwargs.pop`` defaults in the pinned source). The
 child never imports torch: the module imports it (and flashinfer's package ``__init__``,

@@ -14,7 +14,7 @@ import pytest
 import kernels.moe_nvfp4 as case
 from casebook import build, config, records
 from kernels import contract
-from kernels.moe_nvfp4 import reference_launch
+from kernels.moe_nvfp4 import upstream
 
 SPEC = config.load_case("configs/cases", "moe_nvfp4")
 SMALL = SPEC["points"][0]
@@ -23,17 +23,17 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 
 def test_the_entrys_default_tiles_are_read_from_the_pinned_source(tmp_path):
-    assert reference_launch.wrapper_defaults(reference_launch.source()) == {
+    assert upstream.wrapper_defaults(upstream.source()) == {
         "mma_tiler_mn": (128, 128), "cluster_shape_mn": (1, 1)}
-    text = reference_launch.source().read_text()
+    text = upstream.source().read_text()
     changed = tmp_path / "changed.py"
     changed.write_text(text.replace('kwargs.pop("mma_tiler_mn", (128, 128))',
                                     'kwargs.pop("mma_tiler_mn", (256, 128))'))
-    assert reference_launch.wrapper_defaults(changed)["mma_tiler_mn"] == (256, 128)
+    assert upstream.wrapper_defaults(changed)["mma_tiler_mn"] == (256, 128)
     gone = tmp_path / "gone.py"
     gone.write_text(text.replace("kwargs.pop(", "kwargs.get("))
     with pytest.raises(ValueError, match="no longer defaults mma_tiler_mn"):
-        reference_launch.wrapper_defaults(gone)
+        upstream.wrapper_defaults(gone)
 
 
 @pytest.mark.compile
@@ -44,7 +44,7 @@ def test_the_reference_compiles_at_each_gemm_and_its_launch_is_read(tmp_path):
     record with GEMM1 and GEMM2, each a persistent launch of min(148, tiles) CTAs of 192
     threads on the block-scaled NVFP4 MMA, its facts read from the compile."""
     out = str(tmp_path / "lowered.json")
-    record = build.lower("configs/cases", "moe_nvfp4", reference_launch.VARIANT,
+    record = build.lower("configs/cases", "moe_nvfp4", upstream.VARIANT,
                          SMALL["name"], "cpu", out)
     assert records.read(out, "lowering") == record
     params = SMALL["params"]
@@ -57,7 +57,7 @@ def test_the_reference_compiles_at_each_gemm_and_its_launch_is_read(tmp_path):
         assert artifact["target"] == "cuda sm_100a"
         assert facts["tile_schedule"]["tiles_per_dim_mnl"] == tiles
         assert facts["tile_schedule"]["tile_clusters_at_capacity"] == math.prod(tiles)
-        assert facts["grid"] == [1, 1, min(reference_launch.TARGET_SMS, math.prod(tiles))]
+        assert facts["grid"] == [1, 1, min(upstream.TARGET_SMS, math.prod(tiles))]
         assert facts["block"] == [192, 1, 1] and facts["cluster"] == [1, 1, 1]
         assert 0 < facts["dynamic_smem_bytes"] <= facts["smem_limit_bytes"] == 232_448
         assert 0 < facts["registers_per_thread"] <= 255
@@ -74,7 +74,7 @@ def test_the_reference_compiles_at_each_gemm_and_its_launch_is_read(tmp_path):
 def test_at_the_upstream_benchmark_shape_every_b200_sm_holds_one_persistent_cta():
     """GEMM1 of groups 6, m 1408 (expected_m 1024), n 4096, k 7168: 2,112 tiles at
     capacity walked by 148 CTAs, one per SM."""
-    facts = reference_launch.compile_launch(6, 1408, 4096, 7168)
+    facts = upstream.compile_launch(6, 1408, 4096, 7168)
     assert facts["grid"] == [1, 1, 148]
     assert facts["tile_schedule"] == {"persistent_ctas": 148, "cta_tile": [128, 128],
                                       "tiles_per_dim_mnl": [11, 32, 6],
@@ -82,23 +82,23 @@ def test_at_the_upstream_benchmark_shape_every_b200_sm_holds_one_persistent_cta(
 
 
 def test_the_reference_runs_nowhere_here_and_says_why():
-    assert case.outputs(reference_launch.VARIANT) == ("h", "out")
+    assert case.outputs(upstream.VARIANT) == ("h", "out")
     with pytest.raises(contract.NotRunnable, match=r"compiled for sm_100a here.*never run"):
-        case.kernel(reference_launch.VARIANT, SMALL["params"], "check")
-    assert reference_launch.VARIANT in {v["name"] for v in SPEC["variants"]}
+        case.kernel(upstream.VARIANT, SMALL["params"], "check")
+    assert upstream.VARIANT in {v["name"] for v in SPEC["variants"]}
 
 
 @needs_dsl
 def test_a_failed_compile_names_the_shape_and_the_compilers_message():
     with pytest.raises(ValueError, match=r"\(groups, m, n, k\) = \(1, 128, 100, 256\) failed"):
-        reference_launch.compile_launch(1, 128, 100, 256)
+        upstream.compile_launch(1, 128, 100, 256)
 
 
 def test_a_host_without_cute_dsl_records_why_it_compiled_nothing(monkeypatch):
     """An offline GPU host carries no CuTe DSL: its build of the reference is empty and
     says why, rather than failing the point's jobs."""
-    found = reference_launch.importlib.util.find_spec
-    monkeypatch.setattr(reference_launch.importlib.util, "find_spec",
+    found = upstream.importlib.util.find_spec
+    monkeypatch.setattr(upstream.importlib.util, "find_spec",
                         lambda name: None if name == "cutlass" else found(name))
-    built = case.build(reference_launch.VARIANT, SMALL["params"])
+    built = case.build(upstream.VARIANT, SMALL["params"])
     assert built["artifacts"] == [] and "CuTe DSL is not installed" in built["not_compiled_here"]
