@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from casebook import records, worker
+from casebook import records, stand_ins, worker
 from casebook.errors import CasebookError, reported
 from casebook.measure import pinning
 
@@ -16,18 +16,18 @@ from casebook.measure import pinning
 def measuring(job: Any) -> Iterator[None]:
     """Run the body as measuring job ``job`` (a script's ``snakemake``, whose input
     ``verify`` is the verify record of the kernel it measures). A one-core timing of a
-    host stand-in (``records.stand_in``), or one pinned to a CPU before jax starts a
+    host stand-in (``stand_ins.is_stand_in``), or one pinned to a CPU before jax starts a
     backend, may run in the run's worker; import jax-using modules inside the body."""
     target, measurement = job.wildcards.target, job.params.measurement
     try:
         checked = records.read(job.input.verify, "verify")
     except CasebookError:  # read again below, where the error is reported
         checked = None
-    stand_in = checked is not None and records.stands_in(checked)
+    stand_in = checked is not None and stand_ins.verified_by_stand_in(checked)
     worker.fork_from_server(job, pins_itself=pinning.pins(target, measurement, stand_in))
     with reported(job):
         if checked is None:  # unreadable above: read again to report why
-            stand_in = records.stands_in(records.read(job.input.verify, "verify"))
+            stand_in = stand_ins.verified_by_stand_in(records.read(job.input.verify, "verify"))
         # before the body: XLA sizes its pool when its backend starts
         pinning.pin_for(target, measurement, stand_in)
         yield

@@ -82,21 +82,6 @@ def recovery(path: str | Path) -> str:
             f"another machine: git checkout -- {path})")
 
 
-def stand_in(execution: dict[str, Any]) -> bool:
-    """Whether what ran (its contract's ``execution``) stands in for the kernel on the
-    host: an interpreter ran the kernel, or what ran is not the kernel itself (its
-    ``subject``, e.g. case 03's numerics model). Its host time is correctness evidence,
-    not a speed result: it is timed with ``measurement.interpret``'s short budget, on one
-    core beside other jobs, never pinned, and compared only with its own kind."""
-    return bool(execution.get("interpret") or execution.get("subject"))
-
-
-def stands_in(verify_record: dict[str, Any]) -> bool:
-    """Whether a verify record's kernel ran as a host stand-in (``stand_in``) in any of
-    its checks."""
-    return any(stand_in(c.get("execution", {})) for c in verify_record["checks"])
-
-
 def read(path: str | Path, kind: str) -> dict[str, Any]:
     """Load one record, refusing a missing, corrupt, foreign or off-schema file; the error
     of a corrupt one says how to recover."""

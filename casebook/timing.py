@@ -14,7 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, evidence, history, paths, records, speed_of_light, stage, verify
+from casebook import (
+    config,
+    evidence,
+    history,
+    paths,
+    records,
+    speed_of_light,
+    stage,
+    stand_ins,
+    verify,
+)
 from casebook.errors import CasebookError
 from casebook.measure import engine, guards, noise, peaks, pinning, stats, table
 from kernels import contract
@@ -39,17 +49,17 @@ def default_settings(**overrides: Any) -> engine.Settings:
 
 
 def settings_for(runnable: Runnable, measurement: dict[str, Any]) -> engine.Settings:
-    """The settings ``runnable`` is measured with: a host stand-in's (``records.stand_in``:
+    """The settings ``runnable`` is measured with: a host stand-in's (``stand_ins.is_stand_in``:
     an interpret-mode kernel, a numerics model) replace some (``measurement.interpret``)."""
-    if records.stand_in(runnable.execution):
+    if stand_ins.is_stand_in(runnable.execution):
         measurement = {**measurement, **measurement.get("interpret", {})}
     return settings_of(measurement)
 
 
 def cache_for(runnable: Runnable, measurement: dict[str, Any], case_cache: str) -> str:
     """The cache state ``runnable`` is measured in: its case's (``case_cache``), but a
-    host stand-in's (``records.stand_in``) from ``measurement.interpret.cache`` where set."""
-    if records.stand_in(runnable.execution):
+    host stand-in's (``stand_ins.is_stand_in``) from ``measurement.interpret.cache`` where set."""
+    if stand_ins.is_stand_in(runnable.execution):
         return measurement.get("interpret", {}).get("cache", case_cache)
     return case_cache
 
@@ -214,9 +224,9 @@ class PointComparison:
 
     @property
     def stands_in(self) -> bool:
-        """Whether a host stand-in for a kernel (``records.stand_in``) is among those to
+        """Whether a host stand-in for a kernel (``stand_ins.is_stand_in``) is among those to
         measure (never pinned)."""
-        return any(records.stand_in(self.times[p["variant"]]["execution"])
+        return any(stand_ins.is_stand_in(self.times[p["variant"]]["execution"])
                    for p in self.pairs if "why_not" not in p)
 
 

@@ -94,14 +94,14 @@ def test_pinning_after_importing_jax_pins_xla_too():
 
 
 def test_a_verify_record_says_whether_a_host_stand_in_ran_for_its_kernel():
-    from casebook import records
+    from casebook import stand_ins
 
     def record(*executions):
         return {"checks": [{"execution": e} for e in executions] + [{"error": "not run"}]}
     interpreted, model = {"interpret": True}, {"interpret": False, "subject": "numerics model"}
     kernel = {"interpret": False, "device": "cpu"}  # XLA on the host: a speed result there
-    assert records.stands_in(record(interpreted, interpreted))
-    assert records.stands_in(record(model))
-    assert not records.stands_in(record(kernel))
-    assert not records.stands_in(record({"interpret": False, "subject": ""}))
-    assert not records.stands_in(record())
+    assert stand_ins.verified_by_stand_in(record(interpreted, interpreted))
+    assert stand_ins.verified_by_stand_in(record(model))
+    assert not stand_ins.verified_by_stand_in(record(kernel))
+    assert not stand_ins.verified_by_stand_in(record({"interpret": False, "subject": ""}))
+    assert not stand_ins.verified_by_stand_in(record())

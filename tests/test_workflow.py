@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from casebook import archive, conditions, fmt, jobprofile, paths
-from casebook.records import stand_in
+from casebook.stand_ins import is_stand_in
 from tests.projects import (
     finished_run,
     make_project,
@@ -187,7 +187,7 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
     assert floor["pinned_cpu"] is not None and floor["repeats"] == 5
     for r in (r for r in records if r["timed"]):
         m, interpreted = r["measurement"], r["execution"]["interpret"]
-        assert interpreted == stand_in(r["execution"])
+        assert interpreted == is_stand_in(r["execution"])
         assert m["interval"] == "run-to-run" and m["floor_applied"] == floor["noise_floor"]
         assert m["ci_low_s"] <= m["median_s"] / (1 + floor["noise_floor"])
         assert m["repeats"] == (1 if interpreted else 5)
@@ -208,7 +208,7 @@ def test_every_measured_figure_shows_how_it_was_measured(project):
         r = json.loads(path.read_text())
         log = project / paths.log("time", "cpu", path.parents[2].name, path.parent.name,
                                   path.stem)
-        one_core = not r["timed"] or stand_in(r["execution"])
+        one_core = not r["timed"] or is_stand_in(r["execution"])
         assert jobprofile.read(log)["threads"] == (1 if one_core else 2), path
     not_run = [r for r in records if not r["timed"]]
     assert {r["baseline"] for r in not_run} == {"attention_mgpu", "cudnn_dot_product_attention"}

@@ -49,7 +49,7 @@ def pinned_cpu() -> int | None:
 def pin_for(target: str, measurement: dict, stand_in: bool = False) -> int | None:
     """A measuring job's pinning: on target cpu when ``measurement.pin_cpu`` (default
     true). Never on a GPU target, whose host threads feed the device, nor for a host
-    stand-in for a kernel (``records.stand_in``): its host time is no speed result, it
+    stand-in for a kernel (``stand_ins.is_stand_in``): its host time is no speed result, it
     runs on one core beside other jobs, and the interpreter runs a thread per warpgroup
     that one CPU would serialise (a splash forward time job took about twice as long
     pinned)."""

@@ -15,7 +15,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from casebook import (config as case_config, hostcapture, local_scheduler, paths, provenance,
-                      records, tile_table, verdict, worker)
+                      stand_ins, tile_table, verdict, worker)
 from casebook.errors import RUN_PID, CasebookError
 
 # Each job ends when this process does, even one killed while its job was starting up.
@@ -148,7 +148,7 @@ def measure_threads(wildcards):
 def time_threads(wildcards, input):
     """A measurement's cores (measure_threads), but locally one where nothing is measured
     (its kernel did not pass verification: not run here, or failed) or where what is
-    measured is a host stand-in for the kernel on target cpu (``records.stand_in``: an
+    measured is a host stand-in for the kernel on target cpu (``stand_ins.is_stand_in``: an
     interpret-mode kernel, a numerics model): its host time is no speed result, so it runs
     beside other jobs, and its record says so (``shared_host``). Until its verify record
     exists (or while it cannot be read: the time job reports that) it asks for the whole
@@ -173,7 +173,7 @@ def _verify_record(path):
 
 def _stands_in(verified):
     try:
-        return records.stands_in(verified)
+        return stand_ins.verified_by_stand_in(verified)
     except (KeyError, TypeError, AttributeError):
         return False
 

@@ -18,7 +18,7 @@ rule time:
     log:
         paths.log("time", "{target}", "{case}", "{variant}", "{point}"),
     # A measurement takes every core, so no other job runs beside it; a host stand-in for
-    # the kernel on target cpu (records.stand_in) takes one (its host time is no speed
+    # the kernel on target cpu (stand_ins.is_stand_in) takes one (its host time is no speed
     # result).
     threads: time_threads
     resources:
