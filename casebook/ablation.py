@@ -1,4 +1,4 @@
-"""Stage 5b, ablate: a verified variant with one part of its work switched off (the case
+"""The ablate stage: a verified variant with one part of its work switched off (the case
 config's ``ablations``), lowered and timed at one point, to show where the time goes.
 
 An ablation computes a wrong result on purpose, so it is never verified against the

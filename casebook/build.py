@@ -1,4 +1,4 @@
-"""Stage 3, build: lower/compile a variant at its points, then gather them.
+"""The build stage: lower/compile a variant at its points, then gather them.
 
 Each verified point is its own job (``lower``): its verify reads that point's lowering
 alone, so changing one point rebuilds and reverifies that point only. The build-only

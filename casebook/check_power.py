@@ -1,4 +1,4 @@
-"""Stage 4b, check power: each case's near-miss mutants run through verify's own check.
+"""The check-power stage: each case's near-miss mutants run through verify's own check.
 
 A check that passes a wrong kernel certifies it. For every point, the case's correct
 outputs (``model_outputs``) must pass and each of its mutants (``kernels.mutants``) must

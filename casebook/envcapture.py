@@ -92,7 +92,7 @@ def capture(lock_platform: str, target: str = "cpu") -> dict[str, Any]:
 
 
 def run(lock_platform: str, target: str, out: str) -> dict[str, Any]:
-    """Stage 1: write this machine's environment record."""
+    """The env stage: write this machine's environment record."""
     from casebook import records
 
     return records.write(out, "env", {"target": target, **capture(lock_platform, target)})

@@ -1,4 +1,4 @@
-"""Stage 7, figures: SVGs drawn from records, each with a six-condition sidecar.
+"""The figures stage: SVGs drawn from records, each with a six-condition sidecar.
 
 A figure is refused (the stage fails, naming the file and field) when a record fails its
 schema or a condition cannot be assembled; a timing figure is withheld when no point of

@@ -154,7 +154,7 @@ def capture() -> dict[str, Any]:
 
 
 def run(target: str, out: str) -> dict[str, Any]:
-    """Stage 2: write the host record; refuse a GPU target this host does not have."""
+    """The host stage: write the host record; refuse a GPU target this host does not have."""
     from casebook import records
 
     body = capture()

@@ -1,4 +1,4 @@
-"""Stage 8, site: static pages rendered from figure sidecars and records.
+"""The site stage: static pages rendered from figure sidecars and records.
 
 Each part of the site (a case's page, the index, the methods page, the static assets) is
 rendered into its own folder under build/site/, laid out as the site; ``publish_site``

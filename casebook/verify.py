@@ -1,4 +1,4 @@
-"""Stage 4, verify: the kernel against the float64 oracle on fresh seeded inputs.
+"""The verify stage: the kernel against the float64 oracle on fresh seeded inputs.
 
 The oracle may answer several named outputs; a kernel returns some of them and each is
 checked against its own tolerance. A kernel that cannot execute on this host

@@ -1,4 +1,4 @@
-# Stage 5b: each ablation (a verified variant with one part switched off) lowered and
+# The ablate stage: each ablation (a verified variant with one part switched off) lowered and
 # timed at each point, where its variant passed verification; never verified itself.
 
 

@@ -1,4 +1,4 @@
-# Stage 6: the baselines named in the case config, checked and measured like the kernel.
+# The baseline stage: the baselines named in the case config, checked and measured like the kernel.
 
 
 rule baseline:

@@ -1,4 +1,4 @@
-# Stage 3: lower/compile each variant at each point of the case's grid (one job per
+# The build stage: lower/compile each variant at each point of the case's grid (one job per
 # verified point, so that changing a point rebuilds and reverifies it alone; one job for a
 # variant's build-only points), then gather the variant's build record. Lowering needs no
 # GPU (its jobs keep jax off the device: casebook.off_device), so these are CPU jobs on a

@@ -1,4 +1,4 @@
-# Stage 7: at each point, the timed variants and baselines that compute the same outputs,
+# The compare stage: at each point, the timed variants and baselines that compute the same outputs,
 # measured interleaved in one job; their ratios are judged against the paired floor.
 
 

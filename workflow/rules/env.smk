@@ -1,4 +1,4 @@
-# Stage 1: the environment actually found on the target's nodes, against its hash-pinned lock.
+# The env stage: the environment actually found on the target's nodes, against its hash-pinned lock.
 
 
 rule env:

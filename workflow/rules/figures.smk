@@ -1,4 +1,4 @@
-# Stage 7: figures and their six-condition sidecars, for every target with records here.
+# The figures stage: figures and their six-condition sidecars, for every target with records here.
 
 
 # A checkpoint: the page's inputs are the figures and sidecars its manifest lists.

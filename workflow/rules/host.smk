@@ -1,4 +1,4 @@
-# Stage 2: the hardware as found; no GPU gives a clean record saying so.
+# The host stage: the hardware as found; no GPU gives a clean record saying so.
 
 
 rule host:

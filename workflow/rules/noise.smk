@@ -1,4 +1,4 @@
-# Stage 5a: this host's noise floor, from an A/A protocol, printed beside every comparison.
+# The noise floor stage: this host's noise floor, from an A/A protocol, printed beside every comparison.
 
 
 rule noise_floor:

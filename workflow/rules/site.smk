@@ -1,4 +1,4 @@
-# Stage 8: the static site. Each part (one page per case, a methods page, an index whose
+# The site stage: the static site. Each part (one page per case, a methods page, an index whose
 # statuses come from records, the static assets) is rendered into its own folder under
 # build/site/; the site rule merges them and puts the result in place of site/public/
 # whole. A failed job leaves the published site as it was (update: Snakemake keeps it and

@@ -1,4 +1,4 @@
-# Stage 5: time the verified kernel; a point that failed verification is never timed.
+# The time stage: time the verified kernel; a point that failed verification is never timed.
 
 
 rule time:

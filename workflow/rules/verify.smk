@@ -1,4 +1,4 @@
-# Stage 4: the kernel against the float64 oracle on fresh seeded inputs.
+# The verify stage: the kernel against the float64 oracle on fresh seeded inputs.
 
 
 rule verify:
@@ -19,7 +19,7 @@ rule verify:
         "../scripts/verify.py"
 
 
-# Stage 4b: the check's power: near-miss mutants of each point through verify's own check.
+# The check-power stage: near-miss mutants of each point through verify's own check.
 rule check_power:
     input:
         case_inputs,

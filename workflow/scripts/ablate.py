@@ -1,4 +1,4 @@
-"""Snakemake script: stage 5b, lower and time one ablation at one point."""
+"""Snakemake script of the ablate stage: lower and time one ablation at one point."""
 
 from casebook import local_scheduler
 from casebook.measured_job import measuring

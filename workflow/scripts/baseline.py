@@ -1,4 +1,4 @@
-"""Snakemake script: stage 6, check and time one baseline at one point."""
+"""Snakemake script of the baseline stage: check and time one baseline at one point."""
 
 from casebook import worker
 from casebook.measure import pinning

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 3, one variant's build record from its points' records."""
+"""Snakemake script of the build stage: one variant's build record from its points' records."""
 
 from casebook import worker
 

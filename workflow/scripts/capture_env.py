@@ -1,4 +1,4 @@
-"""Snakemake script: stage 1, this machine's environment record."""
+"""Snakemake script of the env stage: this machine's environment record."""
 
 from casebook import worker
 

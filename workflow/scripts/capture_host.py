@@ -1,4 +1,4 @@
-"""Snakemake script: stage 2, this machine's host record."""
+"""Snakemake script of the host stage: this machine's host record."""
 
 from casebook import worker
 

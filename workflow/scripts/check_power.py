@@ -1,4 +1,4 @@
-"""Snakemake script: stage 4b, run one point's mutants through verify's own check."""
+"""Snakemake script of the check-power stage: run one point's mutants through verify's own check."""
 
 from casebook import worker
 

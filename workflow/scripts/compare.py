@@ -1,4 +1,4 @@
-"""Snakemake script: stage 7, one point's variants and baselines measured interleaved."""
+"""Snakemake script of the compare stage: a point's variants and baselines, interleaved."""
 
 from casebook.errors import reported
 from casebook.measure import pinning

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 7, the figures of one case on one target, with sidecars."""
+"""Snakemake script of the figures stage: the figures of one case on one target, with sidecars."""
 
 from casebook import worker
 

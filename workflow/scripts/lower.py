@@ -1,4 +1,4 @@
-"""Snakemake script: stage 3, build one variant of a case at one point."""
+"""Snakemake script of the build stage: build one variant of a case at one point."""
 
 from casebook import worker
 

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 3, lower one variant of a case at all its build-only points."""
+"""Snakemake script of the build stage: lower one variant of a case at all its build-only points."""
 
 from casebook import worker
 

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 8, the methods page, rendered as a part of the site."""
+"""Snakemake script of the site stage: the methods page, rendered as a part of the site."""
 
 from casebook import worker
 

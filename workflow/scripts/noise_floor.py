@@ -1,4 +1,4 @@
-"""Snakemake script: stage 5a, this host's A/A noise floor."""
+"""Snakemake script of the noise floor stage: this host's A/A noise floor."""
 
 from casebook import worker
 from casebook.measure import pinning

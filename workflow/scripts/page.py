@@ -1,4 +1,4 @@
-"""Snakemake script: stage 8, one case's page, rendered as a part of the site."""
+"""Snakemake script of the site stage: one case's page, rendered as a part of the site."""
 
 from casebook import worker
 

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 8, the rendered parts put in place of the site, whole."""
+"""Snakemake script of the site stage: the rendered parts put in place of the site, whole."""
 
 from casebook import worker
 

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 8, each target's shared records, as a part of the site."""
+"""Snakemake script of the site stage: each target's shared records, as a part of the site."""
 
 from casebook import worker
 

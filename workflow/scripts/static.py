@@ -1,4 +1,4 @@
-"""Snakemake script: stage 8, the style sheet and script, as a part of the site."""
+"""Snakemake script of the site stage: the style sheet and script, as a part of the site."""
 
 from casebook import worker
 

@@ -1,4 +1,4 @@
-"""Snakemake script: stage 5, time one verified variant at one point."""
+"""Snakemake script of the time stage: time one verified variant at one point."""
 
 from casebook import local_scheduler
 from casebook.measured_job import measuring

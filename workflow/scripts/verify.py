@@ -1,4 +1,4 @@
-"""Snakemake script: stage 4, verify one variant at one point against the oracle."""
+"""Snakemake script of the verify stage: verify one variant at one point against the oracle."""
 
 from casebook import worker
 
