@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from casebook import timing
-from casebook.measure import engine, gpu, noise, table
+from casebook.measure import engine, gpu, noise, samples_file
 from kernels import contract
 from kernels.contract import Runnable
 
@@ -64,7 +64,7 @@ def main() -> None:
         except (gpu.GpuUnavailable, RuntimeError) as error:
             report[name] = {"error": f"{type(error).__name__}: {error}"}
             continue
-        table.write(str(args.out / f"{name}.samples.csv"), m.rows)
+        samples_file.write(str(args.out / f"{name}.samples.csv"), m.rows)
         report[name] = m.summary(settings.confidence)
         print(name, report[name]["median_s"], report[name]["stop_reason"])
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")

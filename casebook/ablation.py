@@ -19,7 +19,7 @@ import numpy as np
 
 from casebook import config, paths, provenance, records, speed_of_light, stage, timing, verify
 from casebook.errors import CasebookError
-from casebook.measure import table
+from casebook.measure import samples_file
 from kernels import contract
 
 NOT_A_VERIFICATION = ("one fresh draw against the oracle, stated, not judged: an "
@@ -45,7 +45,7 @@ def run(case_dir: str, case: str, ablation: str, point: str, target: str,
         **({"tile_table": job.tiles_from} if job.tiles_from else {})}
     why_not = job.plugin.ablation_refusal(ablation, job.tuned)
     if why_not:
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         return records.write(out, "ablation", {**body, "applies": False,
                                                "not_applied_reason": why_not})
     body["applies"] = True
@@ -55,14 +55,14 @@ def run(case_dir: str, case: str, ablation: str, point: str, target: str,
         body["built"] = {"ok": True, **job.plugin.build(ablation, job.tuned,
                                                         build_dir=job.build_dir)}
     except Exception as error:  # recorded, then the job fails naming the point
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         body["built"] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         records.write(out, "ablation", {**body, "timed": False,
                                         "not_timed_reason": "it did not build"})
         raise CasebookError(out, "built", f"{ablation} failed to build at {point}: "
                             f"{body['built']['error']}") from None
     if runnable is None:
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         return records.write(out, "ablation", {**body, "timed": False,
                                                "not_timed_reason": why_not_timed})
     timed = _timed(job, runnable, settings, floor_path, samples_path, shared_host)
@@ -93,7 +93,7 @@ def _timed(job: stage.PointJob, runnable: contract.Runnable, settings: dict[str,
     drawn = verify.check_trial(runnable, job.plugin, job.tuned, inputs,
                                verify.tolerance_of(job.spec, job.tuned, job.path))
     if "outputs" not in drawn:  # it raised: recorded, then the job fails naming it
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         return {"timed": False, "not_timed_reason": "it raised", "raised": drawn["error"]}
     worst = drawn.get("worst_error_over_tolerance")
     against = {"what": NOT_A_VERIFICATION, "seed": seed,

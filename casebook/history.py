@@ -33,7 +33,7 @@ from typing import Any
 
 from casebook import config, paths, records
 from casebook.errors import CasebookError
-from casebook.measure import stats, table
+from casebook.measure import samples_file, stats
 
 # A revision the store keys by: a commit, or one with uncommitted changes (-dirty).
 REVISION = re.compile(r"^[0-9a-f]{7,40}(-dirty)?$")
@@ -60,7 +60,7 @@ def keep(record: dict[str, Any], samples: list[float] | None = None,
         return None
     measurement = record["measurement"]
     if samples is None:
-        samples = table.read_kept(root / measurement["samples_file"])
+        samples = samples_file.read_kept(root / measurement["samples_file"])
     figure = figure_of(record)
     path = root / paths.history_entry(record["target"], record["commit"], record["case"],
                                       figure)
@@ -205,8 +205,8 @@ def import_revision(revision: str) -> list[str]:
         record = json.loads(_git("show", f"{commit}:{name}") or "null")
         if not isinstance(record, dict) or not record.get("timed"):
             continue
-        samples = table.kept(_git("show", f"{commit}:{record['measurement']['samples_file']}")
-                             or "")
+        stored = record["measurement"]["samples_file"]
+        samples = samples_file.kept(_git("show", f"{commit}:{stored}") or "")
         path = keep(record, samples)
         if path:
             kept.append(path)

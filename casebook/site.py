@@ -32,10 +32,10 @@ from casebook import (
     history,
     hostcapture,
     methods,
+    page_tables,
     paths,
     records,
     status,
-    tables,
 )
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence, gather
@@ -185,13 +185,13 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
         "interpreted_timed": ev.interpreted_timed,
         "figures": _figures(spec["name"], target, manifest, root, publish_here),
         "withheld": manifest["withheld"], "failures": _failures(ev), "stale": ev.stale,
-        "tables": {"Verification": tables.verification(ev, publish_here),
-                   "Lowering (compiled on this host, not run)": tables.lowering(ev),
-                   "Timing": tables.timing(ev, publish_here),
-                   "Kernel against baselines": tables.comparisons(ev),
-                   "Tile choice (autotune)": tables.tile_choices(ev, publish_here),
-                   "History across commits (each against the one before)": tables.across_commits(
-                       history.steps(target, spec["name"]))},
+        "tables": {"Verification": page_tables.verification(ev, publish_here),
+                   "Lowering (compiled on this host, not run)": page_tables.lowering(ev),
+                   "Timing": page_tables.timing(ev, publish_here),
+                   "Kernel against baselines": page_tables.comparisons(ev),
+                   "Tile choice (autotune)": page_tables.tile_choices(ev, publish_here),
+                   "History across commits (each against the one before)":
+                       page_tables.across_commits(history.steps(target, spec["name"]))},
         "tile_note": tile_note(spec, ev),
         "noise_floor": conditions.floor_text(ev),
         "command": conditions.command(ev),
@@ -248,7 +248,7 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
         error = None
         _render(paths.site_page(case, root), "case.html", site_title=title, spec=spec,
                 sections=sections, never_run=unrun, headings=conditions.HEADINGS,
-                points=tables.points(spec), page="case")
+                points=page_tables.points(spec), page="case")
     records.write(status_path, "page", {"case": case, "ok": error is None, "error": error})
 
 
@@ -307,13 +307,13 @@ def methods_page(case_dir: str, cases: list[str], targets: list[str],
         paths.site_methods(root), "methods.html", site_title=title, page="methods",
         headings=conditions.HEADINGS, verification=methods.verification_rules(),
         measurement=methods.measurement_rules(),
-        tolerances=tables.frame([r for s in specs for r in methods.tolerance_rows(s)],
+        tolerances=page_tables.frame([r for s in specs for r in methods.tolerance_rows(s)],
                                 "tolerances"),
-        protocol=tables.frame([{"setting": k, "value": str(v)} for k, v in protocol.items()],
+        protocol=page_tables.frame([{"setting": k, "value": str(v)} for k, v in protocol.items()],
                               "protocol"),
-        stops=tables.frame(methods.stop_rows(evidence), "stops"),
-        protocol_checks=tables.frame(methods.protocol_checks(), "protocol-checks"),
-        executions=tables.frame(methods.execution_rows(evidence), "executions"),
+        stops=page_tables.frame(methods.stop_rows(evidence), "stops"),
+        protocol_checks=page_tables.frame(methods.protocol_checks(), "protocol-checks"),
+        executions=page_tables.frame(methods.execution_rows(evidence), "executions"),
         hosts=hosts)
 
 

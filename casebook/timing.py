@@ -26,7 +26,7 @@ from casebook import (
     verify,
 )
 from casebook.errors import CasebookError
-from casebook.measure import engine, guards, noise, peaks, pinning, stats, table
+from casebook.measure import engine, guards, noise, peaks, pinning, samples_file, stats
 from kernels import contract
 from kernels.contract import Runnable
 
@@ -89,11 +89,11 @@ def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_
         result = engine.measure(engine.Workload(runnable, make_inputs, check), settings,
                                 cache_mode, seed, engine.Devices.find())
     except guards.Unmeasurable as error:
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         refusals = getattr(error, "refusals", {})  # the guards that caught a cheat
         return {"timed": False, "not_timed_reason": f"{records.REFUSED}: {error}",
                 **({"refused_by": sorted(refusals)} if refusals else {})}
-    table.write(samples_path, result.rows)
+    samples_file.write(samples_path, result.rows)
     summary = {**result.summary(settings.confidence, floor), "samples_file": samples_path}
     if bound is None:
         return {"timed": True, "measurement": summary}
@@ -130,7 +130,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
     checked = verified(job, verify_path)
     body: dict[str, Any] = {**job.stamp(), "verify_record": verify_path}
     if not checked["passed"]:
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         why = (f"not run here: {checked['not_run_reason']}" if not checked["ran"] else
                "verification failed: " + "; ".join(checked["failures"]))
         return records.write(out, "time", {**body, "timed": False, "not_timed_reason": why})
@@ -157,7 +157,7 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
     try:
         runnable = plugin.baseline(baseline, params, build_dir=job.build_dir)
     except contract.NotRunnable as reason:
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         return records.write(out, "baseline", {
             **body, "timed": False, "not_timed_reason": f"not run here: {reason}"})
     seed = verify.draw_seed()
@@ -168,7 +168,7 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
         getattr(plugin, "compare", None))
     body.update(seed=seed, execution=runnable.execution, check=check)
     if not check["passed"]:
-        table.write(samples_path, [])
+        samples_file.write(samples_path, [])
         return records.write(out, "baseline", {
             **body, "timed": False,
             "not_timed_reason": "the baseline disagrees with the oracle"})
@@ -256,7 +256,7 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
     body: dict[str, Any] = {"target": target, "case": case, "point": point,
                             "params": job.params, "paired_floor": floor}
     if not measured:
-        table.write_interleaved(samples_path, {})
+        samples_file.write_interleaved(samples_path, {})
         return records.write(out, "compare", {**body, "measured": False, "pairs": pairs})
     plugin, workloads, bounds = job.plugin, {}, {}
     for name in dict.fromkeys(p["variant"] for p in measured):
@@ -286,12 +286,12 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
             cache_for(first, settings, job.spec["measurement"]["cache"]), seed,
             engine.Devices.find())
     except guards.Unmeasurable as error:
-        table.write_interleaved(samples_path, {})
+        samples_file.write_interleaved(samples_path, {})
         why = f"{records.REFUSED}: {error}"
         return records.write(out, "compare", {
             **body, "measured": False, "not_measured_reason": why,
             "pairs": [{**p, "why_not": p.get("why_not", why)} for p in pairs]})
-    table.write_interleaved(samples_path, {name: m.rows for name, m in result.items()})
+    samples_file.write_interleaved(samples_path, {name: m.rows for name, m in result.items()})
     impossible = [f"{name}: {why}" for name, m in result.items() if bounds[name] and (
         why := speed_of_light.refusal(m.summary(engine_settings.confidence)["median_s"],
                                       bounds[name]))]

@@ -20,11 +20,11 @@ from casebook import (
     cases,
     conditions,
     config,
+    page_tables,
     paths,
     provenance,
     records,
     site,
-    tables,
     tile_table,
     timing,
     verify,
@@ -210,7 +210,7 @@ def test_interpret_mode_autotune_writes_a_schema_valid_tile_choice(tmp_path):
     assert record["pick"]["tiles"] in [c["tiles"] for c in found["kept"]]
     print({json.dumps(c["tiles"]): c["measurement"]["median_s"] for c in record["candidates"]},
           record["reason"])
-    page = tables.tile_choices(SimpleNamespace(
+    page = page_tables.tile_choices(SimpleNamespace(
         target="cpu", case="splash_attention",
         tile_choices={("mgpu", "tiny_causal_f16"): record}), href=lambda path: None)
     assert page.count("PICKED: fastest median") == 1 and page.count("passed (") == 2

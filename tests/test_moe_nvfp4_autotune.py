@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import kernels.moe_nvfp4 as case
-from casebook import autotune, cases, config, records, tables
+from casebook import autotune, cases, config, page_tables, records
 from kernels.moe_nvfp4 import autotune as candidates_of
 from kernels.moe_nvfp4 import mgpu_gemm, port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
@@ -111,7 +111,7 @@ def test_the_loop_records_whether_it_picked_the_hand_choice(tmp_path):
     for candidate in record["candidates"]:
         assert candidate["execution"]["interpret"] is True
         assert candidate["verify"]["passed"] and candidate["timed"]
-    page = tables.tile_choices(
+    page = page_tables.tile_choices(
         type("Ev", (), {"target": "cpu", "case": "moe_nvfp4", "tile_choices": {
             ("gemm1_m128n128s3", "e2"): record}}), href=lambda path: None)
     assert page.count("yes: the loop ") == 1

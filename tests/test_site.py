@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import conditions, config, methods, paths, site, status, tables, timing
+from casebook import conditions, config, methods, page_tables, paths, site, status, timing
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence, honest_clock
 from casebook.measure import stats
@@ -226,7 +226,7 @@ def test_folding_never_hides_an_alarm():
 
 
 def test_tables_escape_every_cell_and_mark_failures():
-    html = tables._html([{"what": "<script>x</script>", "record": "data/a&b.json"},
+    html = page_tables._html([{"what": "<script>x</script>", "record": "data/a&b.json"},
                          {"what": "ok", "record": None}], [True, False], "t")
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
     assert '<a href="data/a&amp;b.json">json</a>' in html
@@ -238,7 +238,7 @@ def test_a_kernel_that_did_not_run_shows_no_draws_error_or_races():
     ev.verify[("v", "p")].update(ran=False, passed=False, trials=3, max_abs_error=0.0,
                                  worst_error_over_tolerance=None, races_found=False,
                                  seed=1, not_run_reason="lowered only, never run")
-    cells = re.findall(r"<td[^>]*>(.*?)</td>", tables.verification(ev, lambda p: p))
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", page_tables.verification(ev, lambda p: p))
     assert cells[:7] == ["v", "p", "not run here: lowered only, never run", "—", "—", "—", "—"]
 
 
@@ -310,7 +310,7 @@ def test_the_problem_grid_prints_integers_as_integers():
     spec = {"name": "c", "points": [
         {"name": "tiled", "params": {"seq_len": 256, "tiles": {"block_q": 128}, "cap": 2.5}},
         {"name": "plain", "params": {"seq_len": 512}}]}
-    grid = tables.points(spec)
+    grid = page_tables.points(spec)
     assert ">128<" in grid and ">512<" in grid and ">2.5<" in grid
     assert "128.0" not in grid and "—" in grid  # a missing cell is a dash, not NaN
 

@@ -12,7 +12,7 @@ Measuring, stopping and summarising are kept apart, as NVBench keeps them:
 - ``stats``: the median's interval (run-to-run over repeats), ratio of medians with a
   bootstrap interval, verdicts;
 - ``noise``: the host's A/A noise floor;
-- ``table``: the raw-samples table beside every record;
+- ``samples_file``: the raw samples, in a CSV beside every record;
 - ``pinning``: a cpu job's process on one CPU, pinned before jax starts;
 - ``gpu``: cuda-python / NVML / CUPTI found, or the reason there is no GPU.
 """
