@@ -23,10 +23,13 @@ POINTS = {p["name"]: p["params"] for p in SPEC["points"]}
 OUTPUTS = ("out", "dq", "dk", "dv")
 SOFT_CAP_ONLY = {("out", "soft_cap_dropped"), ("dk", "soft_cap_derivative_dropped")}
 PARTIAL_BLOCK_ONLY = {("out", "partial_block_as_full")}  # causal and local masks
+GQA_ONLY = {("out", "kv_heads_interleaved")}  # 1 < heads_kv < heads_q
+SEGMENTS_ONLY = {("out", "segment_boundary_dropped")}
 # Caught by a wide margin (worst error ≥ ~5× the tolerance); the rest are reported only.
 GROSS = {("out", "partial_block_as_full"), ("out", "last_kv_block_skipped"),
          ("out", "soft_cap_dropped"), ("dq", "one_head_zeroed"),
-         ("dk", "soft_cap_derivative_dropped")}
+         ("dk", "soft_cap_derivative_dropped"), ("out", "kv_heads_interleaved"),
+         ("out", "next_key_seen"), ("out", "segment_boundary_dropped")}
 
 splash = cases.load(CASE)
 SEED = 20261205
@@ -71,6 +74,10 @@ def test_mutants_apply_where_they_should(measured):
             expected = params.get("soft_cap") is not None
         elif key in PARTIAL_BLOCK_ONLY:
             expected = params["mask"]["kind"] in ("causal", "local")
+        elif key in GQA_ONLY:
+            expected = 1 < params["heads_kv"] < params["heads_q"]
+        elif key in SEGMENTS_ONLY:
+            expected = bool(params.get("segments"))
         else:
             expected = True
         assert row["applicable"] == expected, (name, key)
@@ -146,3 +153,19 @@ def test_skipping_the_last_kv_block_zeroes_dv_rows_of_the_last_keys(name, rng):
     changed = np.argwhere(got != correct)[:, -2]  # the key (row) axis
     assert set(changed) == set(range(params["seq_len"] - near_misses.BLOCK,
                                      params["seq_len"]))
+
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_the_next_key_mutant_leaks_exactly_the_hidden_next_keys(name, rng, monkeypatch):
+    """The mask it attends with is the point's, plus (i, i + 1) wherever that was hidden."""
+    params = POINTS[name]
+    inputs = splash.make_inputs(params, rng)
+    seen = []
+    monkeypatch.setattr(near_misses, "_forward",
+                        lambda params, inputs, visible, cap: seen.append(visible))
+    (mutant,) = [m for m in splash.mutants(params) if m.name == "next_key_seen"]
+    mutant.make(params, inputs, {}, None)
+    visible = masks.visible(params)
+    added = np.argwhere(seen[0] & ~visible)
+    assert len(added) and (added[:, 1] == added[:, 0] + 1).all()
+    assert (seen[0] | ~visible).all()  # nothing visible was hidden

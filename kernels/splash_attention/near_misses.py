@@ -73,6 +73,36 @@ def _soft_cap_derivative_dropped(output):
     return make
 
 
+def _kv_heads_interleaved(params, inputs, want, correct):
+    """Query head h reads kv head h mod Hkv, not h // (Hq / Hkv): the grouped-query map
+    transposed (GQA only: under MHA and MQA the two maps agree)."""
+    heads_q, heads_kv = params["heads_q"], params["heads_kv"]
+    if heads_kv in (1, heads_q):
+        return None
+    wrong = np.arange(heads_q) % heads_kv
+    return rounded(inputs, oracle_f64.attention(
+        inputs["q"], inputs["k"][wrong], inputs["v"][wrong], masks.visible(params),
+        soft_cap=params.get("soft_cap")))
+
+
+def _next_key_seen(params, inputs, want, correct):
+    """Query i also sees key i + 1 where the mask hides it (a causal diagonal off by one)."""
+    visible = masks.visible(params)
+    rows = np.arange(len(visible) - 1)
+    hidden = ~visible[rows, rows + 1]
+    if not hidden.any():
+        return None
+    leaked = visible.copy()
+    leaked[rows[hidden], rows[hidden] + 1] = True
+    return _forward(params, inputs, leaked, params.get("soft_cap"))
+
+
+def _segment_boundary_dropped(params, inputs, want, correct):
+    if masks.segment_ids(params) is None:
+        return None
+    return _forward(params, inputs, masks.dense_mask(params), params.get("soft_cap"))
+
+
 def _last_head_zeroed(params, inputs, want, correct):
     got = correct.copy()
     got[-1] = 0
@@ -94,6 +124,15 @@ def mutants(params: dict[str, Any]) -> list[Mutant]:
         Mutant("last_kv_block_skipped", "out",
                f"the last {BLOCK} keys masked out for every query", _last_kv_block_masked),
         Mutant("soft_cap_dropped", "out", "the logits left uncapped", _soft_cap_dropped),
+        Mutant("kv_heads_interleaved", "out",
+               "query head h reading kv head h mod Hkv instead of its group's",
+               _kv_heads_interleaved),
+        Mutant("next_key_seen", "out",
+               "each query also seeing the next key, hidden by the mask (the causal diagonal "
+               "off by one)", _next_key_seen),
+        Mutant("segment_boundary_dropped", "out",
+               "packed sequences attending across their segment boundaries",
+               _segment_boundary_dropped),
         bias("dq"),
         Mutant("one_head_zeroed", "dq", "the last query head's dq left at 0",
                _last_head_zeroed),
