@@ -43,7 +43,9 @@ def _save(fig: plt.Figure, path: str) -> None:
 
 
 def draw_correctness(ev: Evidence) -> plt.Figure:
-    """One horizontal bar per variant and point (labels never crowd an axis)."""
+    """One horizontal bar per variant and point (labels never crowd an axis). A log axis
+    draws no bar for a zero error: such a row says "0: bit-exact" in words instead, and a
+    row without a ratio (an exact-only tolerance) says so."""
     fig, ax = plt.subplots(figsize=(6.4, 0.24 * len(ev.ran) + 1.3))
     labels, values, colours = [], [], []
     for (variant, point), record in ev.ran.items():
@@ -51,11 +53,18 @@ def draw_correctness(ev: Evidence) -> plt.Figure:
         labels.append(f"{variant} @ {point}")
         values.append(worst if worst is not None else float("nan"))
         colours.append("#2a7f62" if record["passed"] else "#c0392b")
-    ax.barh(labels, values, color=colours)
+    ax.barh(labels, [v if v > 0 else float("nan") for v in values], color=colours)
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1, label="tolerance")
     ax.set_xscale("log")
+    drawn = [v for v in values if v > 0]
+    low = min([*drawn, 1.0]) / 10
+    ax.set_xlim(left=low, right=max([*drawn, 1.0]) * 3)
+    for row, (value, colour) in enumerate(zip(values, colours, strict=True)):
+        if not value > 0:
+            ax.text(low * 1.2, row, "0: bit-exact" if value == 0 else "no ratio (exact only)",
+                    va="center", fontsize=7, color=colour)
     ax.set_xlabel("worst |error| / tolerance")
     ax.legend(loc="lower right", fontsize=7)
     ax.set_title(f"Worst error against tolerance\n{face_label(ev, list(ev.ran.values()))}")

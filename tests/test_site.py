@@ -478,3 +478,19 @@ def test_host_work_timed_by_a_device_clock_is_shown_as_not_timed(execution, cloc
             "that clock counted only the device launches it made")
     untimed = {**record, "timed": False, "not_timed_reason": "x"}
     assert honest_clock(untimed) is untimed
+
+
+def test_a_bit_exact_kernel_is_named_on_the_error_figure_not_left_without_a_bar():
+    """A log axis draws no bar for a zero error: the row says it in words, beside a bar
+    that is drawn for a nonzero one; a row without a ratio says that."""
+    from casebook import figures
+
+    ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
+    base = ev.verify["v", "p"]
+    for variant, worst in (("v", None), ("exact", 0.0), ("close", 0.25), ("unratioed", None)):
+        ev.verify[variant, "p"] = {**base, "worst_error_over_tolerance": worst}
+    ax = figures.draw_correctness(ev).axes[0]
+    words = [t.get_text() for t in ax.texts]
+    assert words.count("0: bit-exact") == 1 and words.count("no ratio (exact only)") == 2
+    widths = sorted(p.get_width() for p in ax.patches if np.isfinite(p.get_width()))
+    assert widths == [0.25] and ax.get_xlim()[0] < 0.25
