@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 
 from casebook import cases, conditions, config, files, paths, records
 from casebook.evidence import Evidence, gather, launch_name, lowered_launches
@@ -58,6 +59,7 @@ def draw_correctness(ev: Evidence) -> plt.Figure:
     ax.tick_params(axis="y", labelsize=7)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1, label="tolerance")
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
     drawn = [v for v in values if v > 0]
     low = min([*drawn, 1.0]) / 10
     ax.set_xlim(left=low, right=max([*drawn, 1.0]) * 3)
@@ -127,34 +129,86 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
                          "marked build-only are compiled here and run only on a GPU host."}
 
 
-def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    series: dict[str, dict[str, dict[str, Any]]] = {}
+def _outputs(record: dict[str, Any]) -> tuple[str, ...]:
+    """The outputs a verify record's (or a baseline's check's) kernel computed."""
+    checks = record.get("checks") or [record.get("check") or {}]
+    return tuple(dict.fromkeys(name for c in checks for name in c.get("outputs", {})))
+
+
+class PlainLog(ticker.LogFormatter):
+    """Log-axis tick labels as plain numbers ("30", "0.05"), never "3×10⁻²"."""
+
+    def _num_to_string(self, x, vmin, vmax):
+        return f"{x:g}"
+
+
+def plain_log_ticks(axis) -> None:
+    """Label a log axis's decades and, within a decade or two, some of its minor ticks,
+    in plain numbers."""
+    axis.set_major_formatter(PlainLog())
+    axis.set_minor_formatter(PlainLog(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def time_unit(seconds: list[float]) -> tuple[str, float]:
+    """The unit a time axis reads in (µs below a millisecond, else ms) and its scale."""
+    return ("µs", 1e6) if max(seconds, default=0) < 1e-3 else ("ms", 1e3)
+
+
+def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
+    """Median time per call with its interval, one panel per set of outputs computed
+    (a backward is not set beside forward baselines), in µs or ms as the times are."""
+    groups: dict[frozenset[str], dict[str, dict[str, dict[str, Any]]]] = {}
+    named: dict[frozenset[str], tuple[str, ...]] = {}  # each set in its first record's order
+
+    def add(outputs: tuple[str, ...], label: str, point: str, measured: dict) -> None:
+        named.setdefault(frozenset(outputs), outputs)
+        groups.setdefault(frozenset(outputs), {}).setdefault(label, {})[point] = measured
+
     for (variant, point), record in ev.time.items():
         if point in points and record["timed"]:
-            series.setdefault(variant, {})[point] = record["measurement"]
+            add(_outputs(ev.verify.get((variant, point), {})), variant, point,
+                record["measurement"])
     for (name, point), record in ev.baselines.items():
         if point in points and record["timed"]:
-            series.setdefault(f"baseline: {name}", {})[point] = record["measurement"]
-    width = 0.8 / max(len(series), 1)
-    for i, (label, by_point) in enumerate(series.items()):
-        xs = [points.index(p) + (i - (len(series) - 1) / 2) * width for p in by_point]
-        ms = list(by_point.values())
-        medians = [m["median_s"] * 1e3 for m in ms]
-        errors = [[(m["median_s"] - m["ci_low_s"]) * 1e3 for m in ms],
-                  [(m["ci_high_s"] - m["median_s"]) * 1e3 for m in ms]]
-        ax.bar(xs, medians, width, yerr=errors, capsize=2, label=label)
-    ax.set_xticks(range(len(points)), points)
-    ax.set_yscale("log")
-    ax.set_ylabel("median time per call (ms), 95% CI")
-    ax.legend(fontsize=7)
+            add(_outputs(record), f"baseline: {name}", point, record["measurement"])
+    groups = groups or {frozenset(): {}}
+    unit, scale = time_unit([m["median_s"] for series in groups.values()
+                             for by_point in series.values() for m in by_point.values()])
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.4 * len(groups), 3.6), squeeze=False,
+                             layout="constrained")
+    for ax, (key, series) in zip(axes[0], sorted(groups.items(), key=lambda g: sorted(g[0])),
+                                 strict=True):
+        outputs = named.get(key, ())
+        width = 0.8 / max(len(series), 1)
+        for i, (label, by_point) in enumerate(series.items()):
+            xs = [points.index(p) + (i - (len(series) - 1) / 2) * width for p in by_point]
+            ms = list(by_point.values())
+            errors = [[(m["median_s"] - m["ci_low_s"]) * scale for m in ms],
+                      [(m["ci_high_s"] - m["median_s"]) * scale for m in ms]]
+            ax.bar(xs, [m["median_s"] * scale for m in ms], width, yerr=errors, capsize=2,
+                   label=label)
+        ax.set_xticks(range(len(points)), points)
+        ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
+        lows = [m["ci_low_s"] * scale for by_point in series.values()
+                for m in by_point.values()]
+        if lows:  # bars start a decade-third below the fastest: heights compare
+            ax.set_ylim(bottom=min(lows) / 3)
+        ax.set_ylabel(f"median time per call ({unit}), 95% CI")
+        ax.set_title(f"computing {', '.join(outputs)}" if outputs else "", fontsize=9)
+        if series:
+            ax.legend(fontsize=7)
     floor = (f"A/A noise floor ±{ev.noise_floor['noise_floor']:.1%} apart, "
              f"±{ev.noise_floor['paired']['noise_floor']:.1%} interleaved" if ev.noise_floor
              else "no noise floor recorded")
     made = [r for (_, p), r in (*ev.time.items(), *ev.baselines.items())
             if p in points and r["timed"]]
-    ax.set_title(f"Time per call, kernel and baselines\n{face_label(ev, made)} · {floor}")
-    _save(fig, path)
+    fig.suptitle(f"Time per call, kernel and baselines\n{face_label(ev, made)} · {floor}")
+    return fig
+
+
+def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
+    _save(draw_timing(ev, points), path)
     said = {key: conditions.comparison_text(c) for key, c in conditions.comparisons(ev).items()}
     said.update(conditions.not_compared(ev))
     verdicts = "; ".join(f"{variant} against {name} @ {point}: {text}"

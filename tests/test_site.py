@@ -494,3 +494,26 @@ def test_a_bit_exact_kernel_is_named_on_the_error_figure_not_left_without_a_bar(
     assert words.count("0: bit-exact") == 1 and words.count("no ratio (exact only)") == 2
     widths = sorted(p.get_width() for p in ax.patches if np.isfinite(p.get_width()))
     assert widths == [0.25] and ax.get_xlim()[0] < 0.25
+
+
+def test_the_timing_figure_sets_a_backward_apart_from_forward_baselines_in_plain_units():
+    """One panel per set of outputs computed: a backward (dq, dk, dv) is never a bar
+    beside forward baselines; times under a millisecond read in µs, and no tick label
+    is written as a power of ten."""
+    from casebook import figures
+
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=9e-6, baseline_s=12e-6)
+    grads = {"dq": {}, "dk": {}, "dv": {}}
+    ev.verify["bwd", "p"] = {**ev.verify["v", "p"], "checks": [
+        {**ev.verify["v", "p"]["checks"][0], "outputs": grads}]}
+    ev.time["bwd", "p"] = {**ev.time["v", "p"], "measurement": measurement(30e-6, 3e-7)}
+    fig = figures.draw_timing(ev, ["p"])
+    titles = sorted(ax.get_title() for ax in fig.axes)
+    assert titles == ["computing dq, dk, dv", "computing out"]
+    forward = next(ax for ax in fig.axes if ax.get_title() == "computing out")
+    assert sorted(t.get_text() for t in forward.get_legend().get_texts()) == ["baseline: b", "v"]
+    assert all(ax.get_ylabel().startswith("median time per call (µs)") for ax in fig.axes)
+    fig.canvas.draw()
+    labels = [t.get_text() for ax in fig.axes
+              for t in [*ax.get_yticklabels(), *ax.get_yticklabels(minor=True)]]
+    assert any(labels) and not [t for t in labels if "times" in t or "^" in t]
