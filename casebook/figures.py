@@ -274,7 +274,7 @@ def _contrast_plans(ev: Evidence, spec: dict[str, Any]) -> tuple[list, list]:
     if not spec.get("contrasts"):
         return plans, withheld
     hook = getattr(cases.load(spec["name"]), "intermediates", None)
-    params = {p["name"]: p["params"] for p in ev.spec["points"]}
+    params = {p["name"]: p["params"] for p in paths.for_target(spec, ev.target)["points"]}
     for contrast in spec["contrasts"]:
         pair = (contrast["variant"], contrast["against"])
         points = [p for p in ev.points

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import history, paths, records, tables
+from casebook import history, page_tables, paths, records
 from casebook.errors import CasebookError
 from casebook.measure import stats
 from tests import projects
@@ -142,7 +142,7 @@ def test_steps_mark_a_change_between_binaries_and_the_page_shows_them(store, rng
     assert findings[:2] == [None, stats.SLOWER] and findings[2] in (
         stats.SAME, history.MISCALIBRATED)
     assert [history.is_step(item["change"]) for item in series] == [False, True, False]
-    html = tables.across_commits(history.steps("cpu", "splash_attention"))
+    html = page_tables.across_commits(history.steps("cpu", "splash_attention"))
     assert html.count(">STEP<") == 1 and "SLOWER" in html and 'class="data row1 col0 fail"' \
         in html.replace("  ", " ")
 

@@ -112,8 +112,8 @@ def parts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(wheelhouse, "_download", download)
     monkeypatch.setattr(wheelhouse, "carried", lambda lock, host, not_carried: [
-        wheelhouse.Pin("bigpkg", "1.0", ["sha256:" + "0" * 64]),
-        wheelhouse.Pin("smallpkg", "1.0", ["sha256:" + "0" * 64])])
+        locks.Pin("bigpkg", "1.0", ["sha256:" + "0" * 64]),
+        locks.Pin("smallpkg", "1.0", ["sha256:" + "0" * 64])])
     out = tmp_path / "parts"
     limit = 700_000
     source = tmp_path / "reference.py"

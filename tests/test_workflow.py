@@ -95,10 +95,11 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
                         "mha_causal_f16.json").read_text())
     rows = {r["name"]: r for r in power["mutants"] if r["output"] == "out"}
     assert rows["partial_block_as_full"]["caught"] and rows["last_kv_block_skipped"]["caught"]
+    assert rows["next_key_seen"]["caught"]
     assert f"out:{'bias_1pct'}" in power["missed"]
     assert "check WEAK at 2 of 2 verified points: lets out:bias_1pct pass" in \
         html.unescape(index.read_text())
-    assert ("check power WEAK: 2/3 mutants caught (as a check of poisoned outputs), lets "
+    assert ("check power WEAK: 3/4 mutants caught (as a check of poisoned outputs), lets "
             "out:bias_1pct pass") in html.unescape(page.read_text())
     figures = figures_of(page)
     assert len(figures) == 4  # correctness, build (shared memory), timing, ablations
