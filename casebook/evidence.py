@@ -12,11 +12,14 @@ from casebook.measure.clocks import times_on_host
 
 def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
     """What ran, named: the execution's own ``subject`` (e.g. a numerics model), else an
-    interpreted kernel, a kernel on the GPU, or XLA on the host CPU."""
+    interpreted kernel, a program on the TPU, a kernel on the GPU, or XLA on the host
+    CPU."""
     if execution.get("subject"):
         return execution["subject"]
     if execution["interpret"]:
         return "interpreted kernel"
+    if execution.get("device") == "tpu":
+        return "TPU kernel"
     return "GPU kernel" if gpus else "XLA on the host CPU"
 
 

@@ -28,11 +28,14 @@ def face_label(ev: Evidence, made: list[dict[str, Any]]) -> str:
     """What every figure says on its face about where its numbers come from and what ran
     to make them (the records ``made``): a numerics model, an interpreted kernel, ..."""
     gpu = ev.host["gpus"][0]["name"] if ev.host["gpus"] else None
-    where = f"{ev.target.upper()} ({gpu})" if gpu else f"{ev.target.upper()} (no GPU)"
+    tpu = ev.host["tpus"][0]["name"] if ev.host.get("tpus") else None
+    where = f"{ev.target.upper()} ({gpu or tpu})" if gpu or tpu else \
+        f"{ev.target.upper()} (no GPU)"
     interpreted = any(c.get("execution", {}).get("interpret") for r in made
                       for c in r.get("checks", [r]))
     mode = ("Pallas interpret mode on the host — not GPU time" if interpreted else
-            "on the GPU" if gpu else "on the host CPU — not GPU time")
+            "on the GPU" if gpu else "on the TPU (device time)" if tpu else
+            "on the host CPU — not GPU time")
     return " · ".join([where, *ev.subjects(made), mode])
 
 

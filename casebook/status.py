@@ -14,9 +14,9 @@ from casebook.measure.clocks import times_on_host
 
 def hardware(ev: Evidence) -> str:
     """The hardware the records were made on, as one would name it."""
-    gpus = [g["name"] for g in ev.host["gpus"]]
-    if gpus:
-        count = {name: gpus.count(name) for name in gpus}
+    chips = [g["name"] for g in [*ev.host["gpus"], *ev.host.get("tpus", [])]]
+    if chips:
+        count = {name: chips.count(name) for name in chips}
         return ", ".join(f"{n}× {name}" if n > 1 else name for name, n in count.items())
     cpu = ev.host["cpu"]
     return f"{cpu['model']} CPU ({cpu['usable_cores']} cores), no GPU"
@@ -74,10 +74,11 @@ def _versus(ev: Evidence) -> list[dict[str, str]]:
 
 def _measurement(ev: Evidence) -> list[dict[str, str]]:
     timed = {variant: r for (variant, _), r in ev.time.items() if r["timed"]}
+    accelerated = ev.host["gpus"] or ev.host.get("tpus")
     if not timed:
-        return [_phrase("not timed" if ev.host["gpus"] else "not measured on GPU", "warn")]
+        return [_phrase("not timed" if accelerated else "not measured on GPU", "warn")]
     on_host = sorted(v for v, r in timed.items() if times_on_host(r["execution"]))
-    if len(on_host) == len(timed) or not ev.host["gpus"]:
+    if len(on_host) == len(timed) or not accelerated:
         where = "in interpret mode on the host CPU" if ev.interpreted else "on the host CPU"
         return [_phrase(f"timed {where} only", "warn"),
                 _phrase("not measured on GPU", "warn")]

@@ -517,3 +517,25 @@ def test_the_timing_figure_sets_a_backward_apart_from_forward_baselines_in_plain
     labels = [t.get_text() for ax in fig.axes
               for t in [*ax.get_yticklabels(), *ax.get_yticklabels(minor=True)]]
     assert any(labels) and not [t for t in labels if "times" in t or "^" in t]
+
+
+def test_a_tpu_hosts_records_name_the_chip_not_the_host_cpu(tmp_path, monkeypatch):
+    """The third TPU window's index cell read "upstream verified (XLA on the host CPU) on
+    unknown CPU (13 cores), no GPU": a TPU host's records name its chip, and what ran
+    there is a TPU kernel measured by device time."""
+    from casebook import figures
+
+    monkeypatch.chdir(tmp_path)
+    ev = evidence(interpret=False, gpus=[], kernel_s=1e-3, baseline_s=1.4e-3)
+    ev.target = "tpu-v5e"
+    ev.host["tpus"] = [{"name": "TPU v5 lite"}]
+    on_chip = {"mode": "Pallas Mosaic TPU kernel", "interpret": False, "device": "tpu"}
+    ev.verify["v", "p"]["checks"][0]["execution"] = on_chip
+    ev.time["v", "p"]["execution"] = on_chip
+    assert status.hardware(ev) == "TPU v5 lite"
+    assert ev.subjects(list(ev.ran.values())) == ["TPU kernel"]
+    said = texts(ev)
+    assert said[:2] == ["verified (TPU kernel) on TPU v5 lite", "measured on TPU v5 lite"]
+    assert not [t for t in said if "host CPU" in t or "no GPU" in t]
+    label = figures.face_label(ev, list(ev.ran.values()))
+    assert label == "TPU-V5E (TPU v5 lite) · TPU kernel · on the TPU (device time)"
