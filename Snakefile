@@ -42,20 +42,29 @@ rule all:
 # Snakemake's default job-start cap makes a local scheduler re-plan n times a second after
 # n jobs (casebook/local_scheduler.py): local runs drop it.
 # A local cpu run serves its jobs from one process that has imported jax and the cases
-# (casebook/worker.py), instead of each job importing them.
+# (casebook/worker.py), instead of each job importing them; a local run measuring a TPU
+# runs its chip-holding jobs in one process that opened the chip (casebook/chip_holder.py).
 onstart:
     local_scheduler.drop_rate_limit(workflow)
     if worker.serves(workflow, MEASURED):
-        WORKER.append(worker.start(Path(".snakemake")))
+        SERVERS.append((worker.stop, worker.start(Path(".snakemake"))))
+    if chip_holder.serves(workflow, MEASURED):
+        SERVERS.append((chip_holder.stop, chip_holder.start(Path(".snakemake"))))
+
+
+def stop_servers():
+    while SERVERS:
+        stop, process = SERVERS.pop()
+        stop(process)
 
 
 # The site is rendered; a failed verification or a refused measurement then fails the run
 # (config fail_on_failures), named in one line. Only the run itself, never one job of it.
 onsuccess:
-    worker.stop(WORKER.pop() if WORKER else None)
+    stop_servers()
     if not workflow.remote_exec:
         verdict.finish(CASES, MEASURED, config["fail_on_failures"])
 
 
 onerror:
-    worker.stop(WORKER.pop() if WORKER else None)
+    stop_servers()

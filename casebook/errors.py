@@ -63,11 +63,17 @@ def _end_with(run: int, parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # records are written whole or not at all
 
 
+_ENDING: list[bool] = []
+
+
 def end_with_run() -> None:
     """End this process when the Snakemake run that started it is gone: a killed run
     leaves no job writing records after it. The run is the process named in ``RUN_PID``
     (set by the workflow, so a run killed while its job was still starting up counts),
     else this process's parent."""
+    if _ENDING:  # a process that runs jobs in turn (casebook.chip_holder) watches once
+        return
+    _ENDING.append(True)
     parent = os.getppid()
     run = int(os.environ.get(RUN_PID, parent))
     threading.Thread(target=_end_with, args=(run, parent), daemon=True,

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from casebook import archive, config, files, hostcapture, paths, provenance, records
+from casebook import archive, chip_holder, config, files, hostcapture, paths, provenance, records
 from casebook.errors import CasebookError
 
 WINDOW_CONFIG = paths.SOURCE_ROOT / "configs" / "gpu-window.yaml"
@@ -193,6 +193,7 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
     refused on import (which replaces the folder as a whole).
     """
     shutil.rmtree(paths.target_dir(target), ignore_errors=True)
+    shutil.rmtree(chip_holder.LOG_DIR, ignore_errors=True)
     start = time.monotonic()
     deadline = start + window["total_s"] - window["pack_s"]
     overlay = Path(paths.LOGS) / "gpu_window" / "config.yaml"
@@ -218,6 +219,12 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
               f"({steps[-1]['seconds']:.0f} of {seconds:.0f} s)", flush=True)
     body = {"target": target, "total_s": window["total_s"],
             "seconds": round(time.monotonic() - start, 1), "steps": steps}
+    holders = [{key: held[key] for key in ("device_kind", "opened_s", "jobs", "failed", "job_s")}
+               for held in chip_holder.opened()]
+    if holders:
+        opening = sum(held["opened_s"] for held in holders)
+        body |= {"chip_holders": holders,
+                 "opening_share": round(min(1.0, opening / body["seconds"]), 4)}
     records.write(paths.gpu_window_record(target), "gpu_window", body)
     packed = archive.pack(target, out, int(window["archive_mib"] * 2**20))
     return {**body, "archive": packed}

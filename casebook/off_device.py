@@ -22,16 +22,26 @@ def stay_on_host() -> None:
 TPU_TARGETS = ("tpu-v5e",)
 
 
+def _target(job) -> str | None:
+    return getattr(getattr(job, "wildcards", None), "target", None)
+
+
+def holds_the_chip(job) -> bool:
+    """Whether ``job`` (a script's ``snakemake`` object) is a TPU target's job that holds
+    the device (its ``gpu`` resource)."""
+    return _target(job) in TPU_TARGETS and bool(
+        getattr(getattr(job, "resources", None), "gpu", 0))
+
+
 def off_the_chip(job) -> bool:
     """Keep a job of a TPU target that does not hold the device (no ``gpu`` resource: a
     lowering, a figure) on the host, and tell every job of a TPU target so
     (``contract.TARGET_PLATFORM``): a GPU kernel there is refused without opening the
     chip. ``job``: a script's ``snakemake`` object. True if this moved it."""
-    target = getattr(getattr(job, "wildcards", None), "target", None)
-    if target not in TPU_TARGETS:
+    if _target(job) not in TPU_TARGETS:
         return False
     os.environ[contract.TARGET_PLATFORM] = "tpu"
-    if getattr(getattr(job, "resources", None), "gpu", 0):
+    if holds_the_chip(job):
         return False
     stay_on_host()
     return True

@@ -162,10 +162,19 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
             **body, "timed": False, "not_timed_reason": f"not run here: {reason}"})
     seed = verify.draw_seed()
     inputs = plugin.make_inputs(params, np.random.default_rng(seed))
+    try:
+        outputs = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
+    except Exception as error:  # only running out of memory is kept
+        if not out_of_memory(error):
+            raise
+        said = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+        samples_file.write(samples_path, [])
+        return records.write(out, "baseline", {
+            **body, "seed": seed, "execution": runnable.execution, "timed": False,
+            "not_timed_reason": f"does not fit in the device's memory: {said}"})
     check = verify.check_outputs(
-        params, inputs, runnable.fetch(runnable.call(*runnable.prepare(inputs))),
-        plugin.oracle(params, inputs), verify.tolerance_of(spec, params, path),
-        getattr(plugin, "compare", None))
+        params, inputs, outputs, plugin.oracle(params, inputs),
+        verify.tolerance_of(spec, params, path), getattr(plugin, "compare", None))
     body.update(seed=seed, execution=runnable.execution, check=check)
     if not check["passed"]:
         samples_file.write(samples_path, [])
@@ -179,6 +188,12 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
                                plugin, params, plugin.baseline_outputs(baseline), target,
                                host_peaks(floor_path)),
                            verify.oracle_check(plugin, params, spec, path, runnable))}))
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says the device (or the host, for a host baseline) ran out of
+    memory: XLA's RESOURCE_EXHAUSTED, at compile or at run time, or a MemoryError."""
+    return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
 
 
 def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:

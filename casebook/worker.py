@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 SOCKET = "CASEBOOK_WORKER_SOCKET"  # where a run's server listens (set by ``start``)
+CHIP_SOCKET = "CASEBOOK_CHIP_SOCKET"  # where a run's chip holder listens (casebook.chip_holder)
 IN_CHILD = "CASEBOOK_WORKER_CHILD"  # set in a forked child: its script runs there
 PRELOADED = ("casebook", "kernels")  # packages imported whole by the server
 REAP_S = 0.05  # how often the server looks for children that ended
@@ -60,14 +61,27 @@ def fork_from_server(job: Any, pins_itself: bool = False) -> None:
     status. ``job``: the script's ``snakemake`` object. A job of several threads runs here
     unless it ``pins_itself`` to one CPU before jax starts (a measurement on target cpu):
     either way its threads run on one CPU, as the server's imports were sized. A job of a
-    TPU target that does not hold the chip keeps off it (``off_device.off_the_chip``)."""
+    TPU target that does not hold the chip keeps off it (``off_device.off_the_chip``); one
+    that holds it goes to the run's chip holder (``casebook.chip_holder``) where one
+    serves, which runs it in the process that opened the chip."""
     from casebook import off_device
 
-    off_device.off_the_chip(job)
-    path = os.environ.get(SOCKET)
-    several = getattr(job, "threads", 1) > 1 and not pins_itself
-    if os.environ.get(IN_CHILD) or not path or several:
+    if os.environ.get(IN_CHILD):
         return
+    if not off_device.off_the_chip(job) and off_device.holds_the_chip(job):
+        path = os.environ.get(CHIP_SOCKET)
+        if path:
+            hand_over(path)
+        return
+    path = os.environ.get(SOCKET)
+    if path and (getattr(job, "threads", 1) == 1 or pins_itself):
+        hand_over(path)
+
+
+def hand_over(path: str) -> None:
+    """Send this script's job (its arguments, directory, environment and standard streams)
+    to the server listening on ``path`` and exit with the status of the process that ran
+    it, relaying signals to that process; returns where no server answers."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -85,23 +99,52 @@ def fork_from_server(job: Any, pins_itself: bool = False) -> None:
     socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
     sock.sendall(request)
     try:
-        (child,) = _STATUS.unpack(_receive(sock, _STATUS.size))
+        (runner,) = _STATUS.unpack(_receive(sock, _STATUS.size))
     except ConnectionError:
-        sys.stderr.write("casebook: the worker closed before forking the job\n")
+        sys.stderr.write("casebook: the server closed before taking the job\n")
         os._exit(1)
 
+    relayed = []
+
     def relay(signum, _frame):
+        relayed.append(signum)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signum)
+            os.kill(runner, signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, relay)
     try:
         (status,) = _STATUS.unpack(_receive(sock, _STATUS.size))
-    except ConnectionError:
-        sys.stderr.write(f"casebook: the worker ended before the job's child {child}\n")
+    except ConnectionError:  # a process that ran it in-process ended (casebook.chip_holder)
+        if relayed:
+            os._exit(128 + relayed[-1])
+        sys.stderr.write(f"casebook: the server ended before the job's process {runner}\n")
         status = 1
     os._exit(status)
+
+
+def receive_job(conn: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """A job sent by ``hand_over``: its request and its three standard streams' file
+    descriptors; None (``conn`` closed) for a request that could not be read."""
+    fds: list[int] = []
+    try:
+        header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+        (size,) = _HEADER.unpack(header)
+        request = pickle.loads(_receive(conn, size))
+        if len(fds) != 3:
+            raise ConnectionError(f"{len(fds)} standard streams passed, not 3")
+    except (OSError, ConnectionError, struct.error, pickle.UnpicklingError):
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+    return request, fds
+
+
+def send_status(conn: socket.socket, value: int) -> None:
+    """Tell the job's process a pid or an exit status (nothing if it is gone)."""
+    with contextlib.suppress(OSError):
+        conn.sendall(_STATUS.pack(value))
 
 
 def preload() -> list[str]:
@@ -156,10 +199,16 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = list(request["argv"])
+    return run_script(request["script"])
+
+
+def run_script(script: str) -> int:
+    """Run a job's ``script`` as ``__main__`` in this process; its exit status, with a
+    failure reported on stderr as its own process would."""
     import runpy
 
     try:
-        runpy.run_path(request["script"], run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
         return 0
     except SystemExit as done:
         code = done.code
@@ -223,18 +272,10 @@ def _fork_job(conn: socket.socket, others: list[socket.socket],
               selector: selectors.BaseSelector) -> int | None:
     """Fork ``conn``'s job; its pid, or None for a request that could not be read. The
     child closes the server's sockets (``others``) before the job opens any file."""
-    fds: list[int] = []
-    try:
-        header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
-        (size,) = _HEADER.unpack(header)
-        request = pickle.loads(_receive(conn, size))
-        if len(fds) != 3:
-            raise ConnectionError(f"{len(fds)} standard streams passed, not 3")
-    except (OSError, ConnectionError, struct.error, pickle.UnpicklingError):
-        for fd in fds:
-            os.close(fd)
-        conn.close()
+    received = receive_job(conn)
+    if received is None:
         return None
+    request, fds = received
     pid = os.fork()
     if pid == 0:  # never returns to the server's loop
         code = 1
@@ -249,8 +290,7 @@ def _fork_job(conn: socket.socket, others: list[socket.socket],
             os._exit(code)
     for fd in fds:
         os.close(fd)
-    with contextlib.suppress(OSError):  # a job gone already: its EOF ends the child
-        conn.sendall(_STATUS.pack(pid))
+    send_status(conn, pid)  # a job gone already: its EOF ends the child
     return pid
 
 
@@ -266,8 +306,7 @@ def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) 
         if conn is None:
             continue
         code = os.waitstatus_to_exitcode(status)
-        with contextlib.suppress(OSError):
-            conn.sendall(_STATUS.pack(code if code >= 0 else 128 - code))
+        send_status(conn, code if code >= 0 else 128 - code)
         with contextlib.suppress(KeyError, ValueError):
             selector.unregister(conn)
         conn.close()
@@ -300,14 +339,19 @@ def start(folder: Path) -> subprocess.Popen:
 def stop(server: subprocess.Popen | None) -> None:
     """End the server ``start`` returned (jobs then run in their own processes)."""
     os.environ.pop(SOCKET, None)
-    if server is None or server.poll() is not None:
+    end(server)
+
+
+def end(process: subprocess.Popen | None) -> None:
+    """Terminate a server process, killing it if it has not ended in 10 s."""
+    if process is None or process.poll() is not None:
         return
-    server.terminate()
+    process.terminate()
     try:
-        server.wait(timeout=10)
+        process.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+        process.kill()
+        process.wait()
 
 
 if __name__ == "__main__":

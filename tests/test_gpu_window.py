@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook import archive, envcapture, gpu_window, hostcapture, paths, records
+from casebook import archive, chip_holder, envcapture, gpu_window, hostcapture, paths, records
 from casebook.errors import CasebookError
 
 HEAD = subprocess.run(["git", "-C", str(paths.SOURCE_ROOT), "rev-parse", "HEAD"],
@@ -113,6 +113,32 @@ def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path
     assert "results/h200/gpu_window.json" in names
     assert "results/h200/logs/gpu_window/00_records_.log" in names
     assert "results/h200/env.json" not in names  # the earlier window's records are gone
+
+
+def test_the_window_records_what_its_chip_holders_spent_opening_the_chip(tmp_path,
+                                                                         monkeypatch):
+    """Each step's holder (casebook/chip_holder.py) leaves a report; the window's record
+    lists them and the share of its time spent opening the chip. A report left from
+    before the window is not counted."""
+    monkeypatch.chdir(tmp_path)
+    stale = tmp_path / chip_holder.LOG_DIR / "1.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"device_kind": "old", "opened_s": 99.0, "jobs": 1,
+                                 "failed": 0, "job_s": 1.0}))
+    window = copy.deepcopy(gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window.yaml")))
+    window["steps"] = [{"name": "records", "budget_s": 30, "what": "one holder"}]
+    report = {"pid": 2, "device_kind": "TPU v5 lite", "opened_s": 0.5, "jobs": 3,
+              "failed": 1, "job_s": 0.2}
+    writes = (f"import json, pathlib, time; p = pathlib.Path({str(chip_holder.LOG_DIR)!r}); "
+              f"p.mkdir(parents=True, exist_ok=True); "
+              f"(p / '2.json').write_text(json.dumps({report!r})); time.sleep(1)")
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [[[sys.executable, "-c", writes]]])
+    done = gpu_window.run(window, "tpu-v5e", tmp_path / "out")
+    record = records.read(paths.gpu_window_record("tpu-v5e"), "gpu_window")
+    assert record["chip_holders"] == [{k: report[k] for k in
+                                       ("device_kind", "opened_s", "jobs", "failed", "job_s")}]
+    assert record["opening_share"] == pytest.approx(0.5 / done["seconds"], abs=1e-4)
+    assert 0 < record["opening_share"] < 0.5
 
 
 def test_a_measure_step_asks_for_each_points_comparison_alone_in_order():

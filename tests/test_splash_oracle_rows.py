@@ -73,6 +73,31 @@ def test_a_sample_is_distinct_rows_of_the_stated_heads_and_all_of_a_small_proble
     assert len(everything["query_rows"]) == 4 * 80 and len(everything["key_rows"]) == 2 * 80
 
 
+def test_key_rows_come_from_a_few_kv_heads_whose_statistics_alone_are_computed(rng):
+    """At S 32768 a query head's statistics cost seconds: a sample's key rows come from
+    KEY_HEADS kv heads, and only their groups' statistics are computed, exactly."""
+    params = {"heads_q": 12, "heads_kv": 6, "seq_len": 40, "head_dim": 8,
+              "mask": {"kind": "causal"}}
+    picked = oracle_rows.sample(params, rng, 10_000)
+    groups = sorted(set(picked["kv_heads"].tolist()))
+    assert len(groups) == oracle_rows.KEY_HEADS < params["heads_kv"]
+    assert len(picked["key_rows"]) == oracle_rows.KEY_HEADS * 40
+    assert len(set(picked["query_heads"].tolist())) == 12  # query rows: every head
+    inputs = draw(params, rng)
+    lse, delta = oracle_rows.statistics(params, inputs, kv_heads=picked["kv_heads"])
+    computed = [h for g in groups for h in (2 * g, 2 * g + 1)]
+    left = sorted(set(range(12)) - set(computed))
+    assert np.isneginf(lse[left]).all() and not delta[left].any()
+    want = dense(params, inputs)
+    np.testing.assert_allclose(lse[computed], want["lse"][computed], rtol=0, atol=1e-10)
+    got = oracle_rows.key_rows(params, inputs, (lse, delta), picked["kv_heads"],
+                               picked["key_rows"])
+    for output in ("dk", "dv"):
+        expected = want[output][picked["kv_heads"], picked["key_rows"]]
+        np.testing.assert_allclose(got[output], expected, rtol=0,
+                                   atol=1e-10 * np.sqrt(np.mean(expected ** 2)))
+
+
 def test_operands_of_the_wrong_shape_are_refused(rng):
     params = POINTS["local_gqa"]
     inputs = draw(params, rng)

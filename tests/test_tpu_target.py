@@ -167,3 +167,40 @@ def test_a_bad_measured_on_is_refused_naming_its_key(tmp_path, change, key):
     (tmp_path / "splash_attention.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(CasebookError, match=rf"splash_attention\.yaml: {key}"):
         config.load_case(tmp_path, "splash_attention")
+
+
+@pytest.mark.parametrize("error, fits", [
+    (RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 64.0G "
+                  "of 15.75G hbm."), False),
+    (MemoryError(), False),
+    (RuntimeError("INVALID_ARGUMENT: a bug, not a size"), True),
+])
+def test_a_baseline_that_does_not_fit_in_memory_is_recorded_so_and_any_other_error_fails(
+        tmp_path, monkeypatch, error, fits):
+    """At S 32768 XLA's dense attention needs 64 GiB of logits: the record says it does
+    not fit, with XLA's own line, and the run goes on; any other failure still fails."""
+    import kernels.splash_attention as splash
+    from casebook import records, timing
+
+    def failing(name, params, build_dir=None):
+        def call(*args):
+            raise error
+        return contract.Runnable(prepare=lambda inputs: tuple(inputs[n] for n in splash.INPUTS),
+                                 call=call, sync=lambda out: None, fetch=lambda out: out,
+                                 execution=contract.execution("XLA on the chip"))
+
+    monkeypatch.setattr(splash, "baseline", failing)
+    out = tmp_path / "baseline.json"
+    run = lambda: timing.time_baseline(  # noqa: E731
+        "configs/cases", "splash_attention", "xla_dot_product_attention", "mha_causal_f16",
+        "cpu", {}, str(tmp_path / "no-floor.json"), str(out), str(tmp_path / "s.csv"))
+    if fits:
+        with pytest.raises(RuntimeError, match="a bug"):
+            run()
+        assert not out.exists()
+        return
+    run()
+    record = records.read(out, "baseline")
+    assert record["timed"] is False
+    assert record["not_timed_reason"].startswith("does not fit in the device's memory")
+    assert isinstance(error, MemoryError) or "Used 64.0G" in record["not_timed_reason"]

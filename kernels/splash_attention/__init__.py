@@ -49,8 +49,8 @@ GRADIENTS = ("dq", "dk", "dv")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 # From this length the dense oracle's [H, S, S] float64 arrays (2 GiB a head group at S
 # 4096, H 16, and several of them for autodiff) give way to sampled rows: a query row's
-# out and dq cost O(S·d), a key row's dk and dv need every query's statistics, O(H·S²·d)
-# once per check (about 1 s at S 4096 here, 16× that at S 16384).
+# out and dq cost O(S·d), a key row's dk and dv need its group's query statistics, O(S²·d)
+# a query head of the kv heads sampled, once per check (oracle_rows.KEY_HEADS).
 ROWS_FROM_SEQ_LEN = 2048
 SAMPLED_ROWS = 64
 
@@ -88,7 +88,8 @@ def oracle(params: dict[str, Any], inputs: dict[str, np.ndarray]) -> dict[str, n
 def sampled_oracle(params: dict[str, Any], inputs: dict[str, np.ndarray], seed: int,
                    count: int = SAMPLED_ROWS) -> dict[str, contract.SampledRows]:
     """The exact float64 ``out`` and ``dq`` of ``count`` query rows and ``dk``, ``dv`` of
-    ``count`` key rows drawn from ``seed``, each computed only when a check reads it."""
+    ``count`` key rows (of ``oracle_rows.KEY_HEADS`` kv heads) drawn from ``seed``, each
+    computed only when a check reads it."""
     picked = oracle_rows.sample(params, np.random.default_rng(seed), count)
     at_queries = (picked["query_heads"], picked["query_rows"])
     at_keys = (picked["kv_heads"], picked["key_rows"])
@@ -101,8 +102,8 @@ def sampled_oracle(params: dict[str, Any], inputs: dict[str, np.ndarray], seed: 
 
     def keys() -> dict[str, np.ndarray]:
         if "keys" not in found:
-            found["keys"] = oracle_rows.key_rows(
-                params, inputs, oracle_rows.statistics(params, inputs), *at_keys)
+            stats = oracle_rows.statistics(params, inputs, kv_heads=at_keys[0])
+            found["keys"] = oracle_rows.key_rows(params, inputs, stats, *at_keys)
         return found["keys"]
 
     q_shape, kv_shape = inputs["q"].shape, inputs["k"].shape

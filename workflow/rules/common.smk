@@ -14,13 +14,13 @@ os.environ.update(
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from casebook import (config as case_config, hostcapture, local_scheduler, paths, provenance,
-                      stand_ins, tile_table, verdict, worker)
+from casebook import (chip_holder, config as case_config, hostcapture, local_scheduler, paths,
+                      provenance, stand_ins, tile_table, verdict, worker)
 from casebook.errors import RUN_PID, CasebookError
 
 # Each job ends when this process does, even one killed while its job was starting up.
 os.environ[RUN_PID] = str(os.getpid())
-WORKER = []  # the run's worker (casebook/worker.py), once onstart has started it
+SERVERS = []  # (stop, process) of the run's worker and chip holder, once onstart started them
 # A job that got fewer cores than the run knows it ran beside others (time_threads); a
 # run given no cores (a cluster's, by --jobs) leaves it to each job's own Snakemake.
 try:

@@ -1,0 +1,198 @@
+"""The run's chip holder: a TPU target's chip-holding jobs run one after another in the
+one process that opened the device, each with its own streams, directory, arguments,
+environment and exit status, the holder's own put back after it; jobs that do not hold
+the chip, and every job where no holder answers, run in their own processes. On this
+host the holder opens jax's CPU backend: the mechanism is the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from casebook import chip_holder, paths, worker
+
+pytestmark = pytest.mark.timeout(240)
+PYTHONPATH = os.pathsep.join([str(paths.SOURCE_ROOT),
+                              *filter(None, [os.environ.get("PYTHONPATH")])])
+
+# What a Snakemake script of the time stage does first, then what it found.
+SCRIPT = """
+import os, sys, time, types
+from casebook import worker
+job = types.SimpleNamespace(
+    wildcards=types.SimpleNamespace(target=os.environ.get("JOB_TARGET", "tpu-v5e")),
+    resources=types.SimpleNamespace(gpu=int(os.environ.get("JOB_GPU", "1"))), threads=4)
+worker.fork_from_server(job)
+print(f"pid={os.getpid()} cwd={os.getcwd()} value={os.environ.get('JOB_VALUE')} "
+      f"leaked={os.environ.get('LEAKED')} argv={sys.argv[1:]} "
+      f"platforms={os.environ.get('JAX_PLATFORMS')} "
+      f"target_platform={os.environ.get('CASEBOOK_TARGET_PLATFORM')}")
+sys.stderr.write("to stderr\\n")
+os.environ["LEAKED"] = "yes"
+mode = os.environ.get("JOB_MODE", "")
+if mode == "sleep":
+    open("started", "w").write(str(os.getpid()))
+    time.sleep(60)
+elif mode == "raise":
+    raise RuntimeError("the job's own failure")
+elif mode == "crash":
+    os._exit(7)
+sys.exit(int(os.environ.get("JOB_EXIT", "0")))
+"""
+
+
+def _start(folder: Path) -> tuple[subprocess.Popen, Path]:
+    before = os.environ.get("JAX_PLATFORMS")
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        holder = chip_holder.start(folder / "sock", folder / "reports")
+    finally:
+        if before is None:
+            os.environ.pop("JAX_PLATFORMS")
+        else:
+            os.environ["JAX_PLATFORMS"] = before
+    path = Path(os.environ.pop(worker.CHIP_SOCKET))
+    for _ in range(1200):  # it listens once the device is open
+        if path.exists() or holder.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert path.exists(), "the chip holder never listened"
+    return holder, path
+
+
+@pytest.fixture
+def holder(tmp_path):
+    process, path = _start(tmp_path)
+    yield process, path, tmp_path / "reports"
+    chip_holder.stop(process)
+    assert process.returncode is not None
+
+
+def run_job(folder: Path, socket_path: Path | None, **env: str):
+    script = folder / "job.py"
+    script.write_text(SCRIPT)
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in (worker.SOCKET, worker.CHIP_SOCKET, "JAX_PLATFORMS")}
+    if socket_path is not None:
+        environment[worker.CHIP_SOCKET] = str(socket_path)
+    environment["PYTHONPATH"] = PYTHONPATH
+    return subprocess.run([sys.executable, str(script), "an-arg"], cwd=folder,
+                          env={**environment, **env}, capture_output=True, text=True,
+                          timeout=120)
+
+
+def facts(stdout: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in stdout.split() if "=" in item)
+
+
+def test_chip_jobs_run_in_turn_in_the_holder_each_with_its_own_process_state(holder,
+                                                                              tmp_path):
+    process, path, reports = holder
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    first = run_job(first_dir, path, JOB_VALUE="42")
+    second = run_job(second_dir, path)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    one, two = facts(first.stdout), facts(second.stdout)
+    assert one["pid"] == two["pid"] == str(process.pid)  # the one process that opened it
+    assert one["cwd"] == str(first_dir) and two["cwd"] == str(second_dir)
+    assert one["value"] == "42" and two["value"] == "None"
+    assert two["leaked"] == "None"  # the first job's environment was not kept
+    assert one["argv"] == "['an-arg']" and one["target_platform"] == "tpu"
+    assert first.stderr == "to stderr\n"
+    report = json.loads(next(reports.glob("*.json")).read_text())
+    assert report["jobs"] == 2 and report["failed"] == 0 and report["opened_s"] > 0
+    assert report["device_kind"] == "cpu"
+
+
+@pytest.mark.parametrize("env, status, message", [
+    ({"JOB_EXIT": "3"}, 3, None),
+    ({"JOB_MODE": "raise"}, 1, "RuntimeError: the job's own failure"),
+])
+def test_a_failed_job_fails_alone_and_the_holder_serves_the_next(holder, tmp_path, env,
+                                                                 status, message):
+    process, path, reports = holder
+    done = run_job(tmp_path, path, **env)
+    assert done.returncode == status
+    assert facts(done.stdout)["pid"] == str(process.pid)
+    if message:
+        assert message in done.stderr
+    after = run_job(tmp_path, path)
+    assert after.returncode == 0 and facts(after.stdout)["pid"] == str(process.pid)
+    report = json.loads(next(reports.glob("*.json")).read_text())
+    assert report["jobs"] == 2 and report["failed"] == 1
+
+
+def test_a_job_that_ends_the_holder_fails_and_the_next_opens_the_chip_itself(holder,
+                                                                            tmp_path):
+    process, path, _ = holder
+    crashed = run_job(tmp_path, path, JOB_MODE="crash")
+    assert crashed.returncode == 1 and "ended before the job" in crashed.stderr
+    assert process.wait(timeout=30) == 7
+    alone = run_job(tmp_path, path)
+    assert alone.returncode == 0 and facts(alone.stdout)["pid"] != str(process.pid)
+
+
+@pytest.mark.parametrize("env, platforms", [
+    ({"JOB_GPU": "0"}, "cpu"),  # a TPU target's job without the device: kept off the chip
+    ({"JOB_TARGET": "cpu"}, "None"),  # another target's job
+])
+def test_jobs_that_do_not_hold_the_chip_run_in_their_own_process(holder, tmp_path, env,
+                                                                 platforms):
+    process, path, reports = holder
+    done = run_job(tmp_path, path, **env)
+    found = facts(done.stdout)
+    assert done.returncode == 0 and found["pid"] != str(process.pid)
+    assert found["platforms"] == platforms
+    assert json.loads(next(reports.glob("*.json")).read_text())["jobs"] == 0
+
+
+def test_a_job_stopped_by_its_run_ends_the_holder_with_it(holder, tmp_path):
+    """SIGTERM to the job's process (Snakemake stopping it) is relayed to the holder,
+    which the job runs in: the job ends, and the holder with it (the next job of the run,
+    if any, opens the chip itself)."""
+    process, path, _ = holder
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env = {**{k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"},
+           worker.CHIP_SOCKET: str(path), "JOB_MODE": "sleep", "PYTHONPATH": PYTHONPATH}
+    job = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        if (tmp_path / "started").exists() and (tmp_path / "started").read_text():
+            break
+        time.sleep(0.05)
+    assert int((tmp_path / "started").read_text()) == process.pid
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=30) == 128 + signal.SIGTERM
+    assert process.wait(timeout=30) == -signal.SIGTERM
+
+
+def test_the_holder_serves_local_runs_that_measure_a_tpu():
+    class Workflow:
+        local_exec, remote_exec = True, False
+
+    assert chip_holder.serves(Workflow, ["tpu-v5e"])
+    assert not chip_holder.serves(Workflow, ["cpu"])
+    Workflow.local_exec = False  # a cluster run: each job is its own allocation
+    assert not chip_holder.serves(Workflow, ["tpu-v5e"])
+
+
+def test_the_window_record_states_the_share_spent_opening_the_chip(tmp_path, monkeypatch):
+    """gpu_window reads the holders' reports into its record (tested end to end in
+    test_gpu_window with a fake host); here: what a report holds is what ``opened``
+    returns."""
+    (tmp_path / "1.json").write_text(json.dumps(
+        {"pid": 1, "device_kind": "TPU v5 lite", "opened_s": 7.5, "jobs": 3, "failed": 0,
+         "job_s": 90.0}))
+    (tmp_path / "2.json").write_text("{not json")  # a holder killed while writing: skipped
+    found = chip_holder.opened(tmp_path)
+    assert [held["opened_s"] for held in found] == [7.5]
