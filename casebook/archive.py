@@ -163,16 +163,27 @@ def _check_open(archive: Path, tar: tarfile.TarFile) -> tuple[str, str, list[tar
     return target, commit, members
 
 
-def import_archive(archive: Path, root: Path = Path()) -> dict[str, Any]:
-    """Check ``archive`` and make it ``root/results/<target>/``, replacing what was there
-    but the store of results across commits, which gains the archive's timed records."""
-    target, commit, members = check(archive)
+def import_archive(*archives: Path, root: Path = Path()) -> dict[str, Any]:
+    """Check ``archives`` (of one target: the windows of one plan, each from a clean
+    commit) and make them ``root/results/<target>/``, replacing what was there but the
+    store of results across commits, which gains their timed records. A file in several
+    archives is the last one's: a later window's env, host, noise-floor and window
+    records describe the folder; each time record carries the floor it applied."""
+    if not archives:
+        raise CasebookError("archive", None, "name at least one archive")
+    checked = [(archive, *check(archive)) for archive in archives]
+    targets = {target for _, target, _, _ in checked}
+    if len(targets) != 1:
+        raise CasebookError(archives[-1], None, f"archives of targets {sorted(targets)}: "
+                            "one import takes one target's windows")
+    (target,) = targets
     results = root / paths.RESULTS
     results.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=results, prefix=f".import-{target}-"))
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, members=members, filter="data")
+        for archive, _, _, members in checked:
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, members=members, filter="data")
         final = results / target
         old = results / f".replaced-{target}"
         shutil.rmtree(old, ignore_errors=True)
@@ -187,24 +198,26 @@ def import_archive(archive: Path, root: Path = Path()) -> dict[str, Any]:
                 history.keep(records.read(path, kind), root=root)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    files = sum(1 for m in members if m.isfile())
-    return {"target": target, "commit": commit, "files": files}
+    files = len({m.name for _, _, _, members in checked for m in members if m.isfile()})
+    commits = sorted({commit for _, _, commit, _ in checked})
+    return {"target": target, "commit": checked[-1][2], "commits": commits, "files": files}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m casebook.archive", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    put = sub.add_parser("import", help="check an archive and unpack it into results/")
-    put.add_argument("archive", type=Path)
+    put = sub.add_parser("import", help="check archives (one target's windows) and unpack "
+                                        "them into results/, the later's file over the earlier's")
+    put.add_argument("archives", type=Path, nargs="+")
     args = parser.parse_args(argv)
     try:
-        done = import_archive(args.archive)
+        done = import_archive(*args.archives)
     except CasebookError as error:
         print(f"casebook: error: {error}", file=sys.stderr)
         return 1
     print(f"imported {done['files']} files into {paths.target_dir(done['target'])}/ "
-          f"(commit {done['commit'][:12]})")
+          f"(commit {', '.join(c[:12] for c in done['commits'])})")
     return 0
 
 

@@ -5,8 +5,9 @@ process on the v5e host, jax's import included): with a process per job, a point
 chip-holding jobs spent minutes opening the chip. ``start`` (the workflow's ``onstart``,
 on a local run that measures a TPU target) launches ``serve``, which imports jax, the
 cases and casebook, opens the chip and then runs each job that ``worker.hand_over`` sends
-it (``off_device.holds_the_chip``) in its own process, one at a time, with the job's
-streams, directory, arguments and environment, restored after it. The job's process
+it (``off_device.holds_the_chip``) in its own process, not a fork, one at a time (a chip
+job that starts while the holder still opens the chip waits for it), with the job's
+streams, directory, arguments and environment, its own put back after it. The job's process
 stays what Snakemake waits on and exits with the job's status, as with the run's worker.
 
 What one job leaves for the next: modules imported (the point), compiled programs of
@@ -127,11 +128,11 @@ def serve(path: str, parent: int, reports: Path = LOG_DIR) -> None:
                 worker.send_status(conn, os.getpid())  # the process signals are relayed to
                 began = time.perf_counter()
                 code = _run_here(request, fds)
+                summary["jobs"] += 1
+                summary["failed"] += code != 0
+                summary["job_s"] = round(summary["job_s"] + time.perf_counter() - began, 3)
+                files.atomic_write_text(report, json.dumps(summary))  # before the job ends
                 worker.send_status(conn, code)
-            summary["jobs"] += 1
-            summary["failed"] += code != 0
-            summary["job_s"] = round(summary["job_s"] + time.perf_counter() - began, 3)
-            files.atomic_write_text(report, json.dumps(summary))
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -150,12 +151,14 @@ def start(folder: Path, reports: Path = LOG_DIR) -> subprocess.Popen:
                                str(os.getpid()), str(Path(reports).resolve())],
                               stdin=subprocess.DEVNULL)
     os.environ[worker.CHIP_SOCKET] = path
+    os.environ[worker.CHIP_HOLDER_PID] = str(holder.pid)
     return holder
 
 
 def stop(holder: subprocess.Popen | None) -> None:
     """End the holder ``start`` returned."""
     os.environ.pop(worker.CHIP_SOCKET, None)
+    os.environ.pop(worker.CHIP_HOLDER_PID, None)
     worker.end(holder)
 
 

@@ -41,7 +41,7 @@ class CasebookError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-def _gone(pid: int) -> bool:
+def gone(pid: int) -> bool:
     """Whether process ``pid`` has ended (a zombie not yet reaped has)."""
     import psutil  # not at the top: the GPU host's bundle installer imports this module
 
@@ -54,11 +54,11 @@ def _gone(pid: int) -> bool:
 def run_gone() -> bool:
     """Whether the Snakemake run whose job this is (``RUN_PID``) has ended."""
     run = os.environ.get(RUN_PID)
-    return run is not None and _gone(int(run))
+    return run is not None and gone(int(run))
 
 
 def _end_with(run: int, parent: int) -> None:
-    while not _gone(run) and os.getppid() == parent:
+    while not gone(run) and os.getppid() == parent:
         time.sleep(PARENT_POLL_S)
     os.kill(os.getpid(), signal.SIGTERM)  # records are written whole or not at all
 

@@ -30,12 +30,15 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 SOCKET = "CASEBOOK_WORKER_SOCKET"  # where a run's server listens (set by ``start``)
 CHIP_SOCKET = "CASEBOOK_CHIP_SOCKET"  # where a run's chip holder listens (casebook.chip_holder)
+CHIP_HOLDER_PID = "CASEBOOK_CHIP_HOLDER_PID"  # its process, waited for while it opens the chip
+HOLDER_WAIT_S = 300.0  # the longest a chip job waits for the holder to open the chip
 IN_CHILD = "CASEBOOK_WORKER_CHILD"  # set in a forked child: its script runs there
 PRELOADED = ("casebook", "kernels")  # packages imported whole by the server
 REAP_S = 0.05  # how often the server looks for children that ended
@@ -70,12 +73,26 @@ def fork_from_server(job: Any, pins_itself: bool = False) -> None:
         return
     if not off_device.off_the_chip(job) and off_device.holds_the_chip(job):
         path = os.environ.get(CHIP_SOCKET)
-        if path:
+        if path and _holder_ready(path, int(os.environ.get(CHIP_HOLDER_PID, 0))):
             hand_over(path)
         return
     path = os.environ.get(SOCKET)
     if path and (getattr(job, "threads", 1) == 1 or pins_itself):
         hand_over(path)
+
+
+def _holder_ready(path: str, pid: int) -> bool:
+    """Wait while the chip holder ``pid`` is still opening the chip (a job that opened it
+    meanwhile in its own process would keep the holder from it): whether it listens on
+    ``path``; False once it is gone, or after HOLDER_WAIT_S."""
+    from casebook.errors import gone
+
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while not os.path.exists(path):
+        if not pid or gone(pid) or time.monotonic() > deadline:
+            return False
+        time.sleep(REAP_S)
+    return True
 
 
 def hand_over(path: str) -> None:

@@ -59,33 +59,47 @@ def _start(folder: Path) -> tuple[subprocess.Popen, Path]:
         else:
             os.environ["JAX_PLATFORMS"] = before
     path = Path(os.environ.pop(worker.CHIP_SOCKET))
+    assert os.environ.pop(worker.CHIP_HOLDER_PID) == str(holder.pid)
+    return holder, path
+
+
+def _listening(holder: subprocess.Popen, path: Path) -> None:
     for _ in range(1200):  # it listens once the device is open
         if path.exists() or holder.poll() is not None:
             break
         time.sleep(0.1)
     assert path.exists(), "the chip holder never listened"
-    return holder, path
 
 
 @pytest.fixture
 def holder(tmp_path):
     process, path = _start(tmp_path)
+    HOLDERS[str(path)] = process.pid
+    _listening(process, path)
     yield process, path, tmp_path / "reports"
     chip_holder.stop(process)
     assert process.returncode is not None
 
 
-def run_job(folder: Path, socket_path: Path | None, **env: str):
+def run_job(folder: Path, socket_path: Path | None, pid: int | None = None, **env: str):
     script = folder / "job.py"
     script.write_text(SCRIPT)
     environment = {k: v for k, v in os.environ.items()
                    if k not in (worker.SOCKET, worker.CHIP_SOCKET, "JAX_PLATFORMS")}
     if socket_path is not None:
         environment[worker.CHIP_SOCKET] = str(socket_path)
+        environment[worker.CHIP_HOLDER_PID] = str(pid or _pid_of(socket_path))
     environment["PYTHONPATH"] = PYTHONPATH
     return subprocess.run([sys.executable, str(script), "an-arg"], cwd=folder,
                           env={**environment, **env}, capture_output=True, text=True,
                           timeout=120)
+
+
+HOLDERS: dict[str, int] = {}
+
+
+def _pid_of(socket_path: Path) -> int:
+    return HOLDERS.get(str(socket_path), 0)
 
 
 def facts(stdout: str) -> dict[str, str]:
@@ -163,7 +177,8 @@ def test_a_job_stopped_by_its_run_ends_the_holder_with_it(holder, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     env = {**{k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"},
-           worker.CHIP_SOCKET: str(path), "JOB_MODE": "sleep", "PYTHONPATH": PYTHONPATH}
+           worker.CHIP_SOCKET: str(path), worker.CHIP_HOLDER_PID: str(process.pid),
+           "JOB_MODE": "sleep", "PYTHONPATH": PYTHONPATH}
     job = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
@@ -174,6 +189,26 @@ def test_a_job_stopped_by_its_run_ends_the_holder_with_it(holder, tmp_path):
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=30) == 128 + signal.SIGTERM
     assert process.wait(timeout=30) == -signal.SIGTERM
+
+
+def test_a_chip_job_started_while_the_holder_opens_the_chip_waits_for_it(tmp_path):
+    """Snakemake starts the first chip job at once, while the holder still imports and
+    opens the chip: had that job opened the chip itself, the holder could not (the first
+    TPU window: "libtpu multi-process lockfile")."""
+    process, path = _start(tmp_path)
+    try:
+        assert not path.exists()  # still importing
+        done = run_job(tmp_path, path, pid=process.pid)
+        assert done.returncode == 0 and facts(done.stdout)["pid"] == str(process.pid)
+    finally:
+        chip_holder.stop(process)
+
+
+def test_a_holder_that_never_opened_the_chip_leaves_the_job_to_its_own_process(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    done = run_job(tmp_path, tmp_path / "never.sock", pid=gone.pid)
+    assert done.returncode == 0 and facts(done.stdout)["pid"] != str(gone.pid)
 
 
 def test_the_holder_serves_local_runs_that_measure_a_tpu():
