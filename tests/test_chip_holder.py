@@ -231,3 +231,22 @@ def test_the_window_record_states_the_share_spent_opening_the_chip(tmp_path, mon
     (tmp_path / "2.json").write_text("{not json")  # a holder killed while writing: skipped
     found = chip_holder.opened(tmp_path)
     assert [held["opened_s"] for held in found] == [7.5]
+
+
+def test_every_rule_that_holds_the_device_hands_its_job_to_the_holder():
+    """A chip-holding job that opened the chip in its own process fails while the holder
+    holds it (the second TPU window's compare jobs: "The TPU is already in use"): the
+    script of every rule with a ``gpu`` resource starts by handing its job over."""
+    import re
+
+    rules_dir = paths.SOURCE_ROOT / "workflow" / "rules"
+    holding = {}
+    for smk in sorted(rules_dir.glob("*.smk")):
+        for block in re.split(r"^rule ", smk.read_text(), flags=re.M)[1:]:
+            script = re.search(r"script:\s*\n\s*\"([^\"]+)\"", block)
+            if "gpu=" in block and script:
+                holding[block.split(":", 1)[0]] = (rules_dir / script.group(1)).resolve()
+    assert {"verify", "time", "baseline", "compare", "noise_floor", "env", "host"} <= set(holding)
+    for rule, script in holding.items():
+        text = script.read_text()
+        assert "worker.fork_from_server(" in text or "measuring(snakemake)" in text, rule

@@ -1,10 +1,14 @@
 """Snakemake script: autotune one variant's tile choice at one point (GPU targets)."""
 
-from casebook import autotune
+from casebook import worker
 from casebook.errors import reported
 
+# Takes the machine (its threads): on a TPU target, run by the run's chip holder; else here.
+worker.fork_from_server(snakemake)
 with reported(snakemake):
     w = snakemake.wildcards
+    from casebook import autotune
+
     autotune.run(snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
                  snakemake.params.measurement, snakemake.output.record,
                  snakemake.output.samples)

@@ -1,8 +1,11 @@
 """Snakemake script of the compare stage: a point's variants and baselines, interleaved."""
 
+from casebook import worker
 from casebook.errors import reported
 from casebook.measure import pinning
 
+# Takes the machine (its threads): on a TPU target, run by the run's chip holder; else here.
+worker.fork_from_server(snakemake)
 with reported(snakemake):
     w = snakemake.wildcards
     from casebook import timing  # imports no jax: the process may still be pinned
