@@ -47,7 +47,11 @@ def hardware_software(ev: Evidence) -> list[str]:
             f"{bytes_(gpu['memory_bytes'])}" + (f", {extra}" if extra else "")
             + (f", L2 {bytes_(gpu['l2_cache_bytes'])}" if "l2_cache_bytes" in gpu else "")
             + f"; driver {gpu['driver_version']}, CUDA {gpu['cuda_driver_version']}")
-    if not host["gpus"]:
+    for tpu in host.get("tpus", []):
+        runtime = tpu["platform_version"].splitlines()
+        lines.append(f"TPU: {tpu['name']}, {bytes_(tpu['memory_bytes'])} HBM; "
+                     f"{runtime[1] if len(runtime) > 1 else runtime[0]}, jax {tpu['jax_version']}")
+    if not host["gpus"] and not host.get("tpus"):
         lines.append(f"GPU: none ({host['gpu_status']})")
     lines.append(f"CPU: {cpu['model']}, {cpu['usable_cores']} usable of "
                  f"{cpu['logical_cores']} logical cores, {bytes_(cpu['memory_bytes'])} memory")

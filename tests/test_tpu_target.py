@@ -204,3 +204,20 @@ def test_a_baseline_that_does_not_fit_in_memory_is_recorded_so_and_any_other_err
     assert record["timed"] is False
     assert record["not_timed_reason"].startswith("does not fit in the device's memory")
     assert isinstance(error, MemoryError) or "Used 64.0G" in record["not_timed_reason"]
+
+
+def test_a_tpu_hosts_figures_name_its_chip_not_a_missing_gpu():
+    """The committed TPU window's host and env records: the hardware condition names the
+    chip, its memory and runtime (it read "GPU: none" on the first TPU figures)."""
+    from casebook import conditions, records
+
+    host = records.read(paths.host_record("tpu-v5e"), "host")
+    env = records.read(paths.env_record("tpu-v5e"), "env")
+    spec = config.load_case(config.load_global()["case_dir"], "splash_attention")
+    lines = conditions.hardware_software(types.SimpleNamespace(host=host, env=env, spec=spec))
+    chip = [line for line in lines if line.startswith("TPU: ")]
+    assert chip and "TPU v5 lite" in chip[0] and "HBM" in chip[0]
+    assert not any(line.startswith("GPU: none") for line in lines)
+    no_chip = {**host, "tpus": []}
+    lines = conditions.hardware_software(types.SimpleNamespace(host=no_chip, env=env, spec=spec))
+    assert any(line.startswith("GPU: none") for line in lines)
