@@ -52,19 +52,14 @@ onstart:
         SERVERS.append((chip_holder.stop, chip_holder.start(Path(".snakemake"))))
 
 
-def stop_servers():
-    while SERVERS:
-        stop, process = SERVERS.pop()
-        stop(process)
-
 
 # The site is rendered; a failed verification or a refused measurement then fails the run
 # (config fail_on_failures), named in one line. Only the run itself, never one job of it.
 onsuccess:
-    stop_servers()
+    worker.stop_all(SERVERS)
     if not workflow.remote_exec:
         verdict.finish(CASES, MEASURED, config["fail_on_failures"])
 
 
 onerror:
-    stop_servers()
+    worker.stop_all(SERVERS)

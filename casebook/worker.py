@@ -359,6 +359,14 @@ def stop(server: subprocess.Popen | None) -> None:
     end(server)
 
 
+def stop_all(servers: list[tuple[Any, subprocess.Popen]]) -> None:
+    """Stop each (stop function, process) a run started (its worker, its chip holder),
+    the last started first; ``servers`` is left empty."""
+    while servers:
+        stop_one, process = servers.pop()
+        stop_one(process)
+
+
 def end(process: subprocess.Popen | None) -> None:
     """Terminate a server process, killing it if it has not ended in 10 s."""
     if process is None or process.poll() is not None:
