@@ -36,8 +36,9 @@ _ALLOWED = re.compile(r".*\.(json|csv|yaml)$")
 _SAMPLES = re.compile(r".*(\.samples\.csv|\.samples/.*)$")
 
 
-def _files(target: str) -> list[tuple[Path, str]]:
-    """(file on disk, name in the archive) of what ``pack`` carries."""
+def _files(target: str, logs_since: float | None = None) -> list[tuple[Path, str]]:
+    """(file on disk, name in the archive) of what ``pack`` carries: the logs only written
+    at or after ``logs_since`` (seconds since the epoch) where it is given."""
     out = []
     root = Path(paths.target_dir(target))
     for path in sorted(root.rglob("*")):
@@ -48,7 +49,8 @@ def _files(target: str) -> list[tuple[Path, str]]:
     logs = Path(paths.LOGS)
     for path in sorted(logs.rglob("*")) if logs.exists() else []:
         rel = path.relative_to(logs)
-        if path.is_file() and not _hidden(rel):
+        if path.is_file() and not _hidden(rel) and (
+                logs_since is None or path.stat().st_mtime >= logs_since):
             out.append((path, f"{paths.target_dir(target)}/{LOGS_IN_RESULTS}/{rel.as_posix()}"))
     return out
 
@@ -71,12 +73,15 @@ def _write(files: list[tuple[Path, str]], destination: Path) -> int:
     return destination.stat().st_size
 
 
-def pack(target: str, out: Path, limit_bytes: int) -> dict[str, Any]:
-    """Pack ``results/<target>/`` and ``logs/`` into ``out``; at most ``limit_bytes``."""
+def pack(target: str, out: Path, limit_bytes: int, logs_since: float | None = None
+         ) -> dict[str, Any]:
+    """Pack ``results/<target>/`` and ``logs/`` into ``out``; at most ``limit_bytes``.
+    ``logs_since``: only the logs written at or after it (a window continuing a plan
+    leaves the earlier windows' logs to their own archives)."""
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     destination = out / f"casebook-{target}-{stamp}.tar.xz"
-    files = _files(target)
+    files = _files(target, logs_since)
     size = _write(files, destination)
     dropped = size > limit_bytes
     if dropped:
@@ -124,16 +129,19 @@ def _check_record(archive: Path, member: str, text: bytes, target: str) -> str:
     return data["commit"]
 
 
-def check(archive: Path) -> tuple[str, str, list[tarfile.TarInfo]]:
-    """(target, commit, members) of a sound archive; raises naming the first fault."""
+def check(archive: Path, commit: str | None = None) -> tuple[str, str, list[tarfile.TarInfo]]:
+    """(target, commit, members) of a sound archive; raises naming the first fault. Its
+    records' commit must be a clean commit of this repository, or ``commit`` where given
+    (a host without git continuing its own plan)."""
     try:
         with tarfile.open(archive) as tar:
-            return _check_open(archive, tar)
+            return _check_open(archive, tar, commit)
     except (OSError, tarfile.TarError) as error:
         raise CasebookError(archive, None, f"not a readable archive ({error})") from None
 
 
-def _check_open(archive: Path, tar: tarfile.TarFile) -> tuple[str, str, list[tarfile.TarInfo]]:
+def _check_open(archive: Path, tar: tarfile.TarFile, expected: str | None
+                ) -> tuple[str, str, list[tarfile.TarInfo]]:
     members = tar.getmembers()
     targets = {_member_target(archive, m) for m in members} - {None}
     if len(targets) != 1:
@@ -157,21 +165,26 @@ def _check_open(archive: Path, tar: tarfile.TarFile) -> tuple[str, str, list[tar
         raise CasebookError(archive, second[1], f"names commit {second[0]!r}; "
                             f"{first[1]} names {first[0]!r}")
     (commit,) = commits
-    if not provenance.known_commit(commit):
+    if expected is not None and commit != expected:
+        raise CasebookError(archive, commits[commit], f"names commit {commit!r}; this tree "
+                            f"is {expected!r}: a plan continues at the commit it started at")
+    if expected is None and not provenance.known_commit(commit):
         raise CasebookError(archive, commits[commit], f"commit {commit!r} is not a clean commit "
                             "of this repository: records must come from committed code")
     return target, commit, members
 
 
-def import_archive(*archives: Path, root: Path = Path()) -> dict[str, Any]:
+def import_archive(*archives: Path, root: Path = Path(), commit: str | None = None
+                   ) -> dict[str, Any]:
     """Check ``archives`` (of one target: the windows of one plan, each from a clean
-    commit) and make them ``root/results/<target>/``, replacing what was there but the
+    commit, or all of ``commit``: ``check``) and make them ``root/results/<target>/``,
+    replacing what was there but the
     store of results across commits, which gains their timed records. A file in several
     archives is the last one's: a later window's env, host, noise-floor and window
     records describe the folder; each time record carries the floor it applied."""
     if not archives:
         raise CasebookError("archive", None, "name at least one archive")
-    checked = [(archive, *check(archive)) for archive in archives]
+    checked = [(archive, *check(archive, commit)) for archive in archives]
     targets = {target for _, target, _, _ in checked}
     if len(targets) != 1:
         raise CasebookError(archives[-1], None, f"archives of targets {sorted(targets)}: "

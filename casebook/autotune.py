@@ -1,4 +1,4 @@
-"""Autotune (GPU hosts only): measure a point's tile candidates and pick one.
+"""Autotune (accelerator hosts only): measure a point's tile candidates and pick one.
 
 For each candidate the case's plug-in offers (optional surface ``tile_candidates(variant,
 params) -> {key, kept, rejected, smem_limit_bytes, tie_rule, hand}``), the kernel is built with
@@ -12,10 +12,10 @@ every candidate with its evidence, and whether the pick is the ``hand`` choice (
 the case runs without a table: its config's row, or the port's default rule); the table
 is generated from the records (``tile_table``).
 
-Target ``cpu`` is refused: interpreter times say nothing about GPU speed. ``choose`` is
-the mechanics, usable on any target (its tests run it on the CPU, each candidate's
-execution marked as interpret mode); a run for a GPU target refuses a runnable that
-would execute in an interpreter.
+Target ``cpu`` is refused: interpreter times say nothing about an accelerator's speed.
+``choose`` is the mechanics, usable on any target (its tests run it on the CPU, each
+candidate's execution marked as interpret mode); a run for a GPU or TPU target refuses a
+runnable that would execute in an interpreter.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
     if runnable.execution["interpret"] and target != "cpu":
         raise CasebookError(samples_path, "execution", f"the {variant} kernel would run in "
                             f"an interpreter on target {target}; its times would say "
-                            f"nothing about GPU speed")
+                            f"nothing about the accelerator's speed")
     entry.update(execution=runnable.execution,
                  verify=_check_once(plugin, runnable, tuned, spec, case_path,
                                     np.random.default_rng(seed)))
@@ -122,8 +122,9 @@ def choose(plugin: Any, spec: dict[str, Any], case_path: Path, variant: str, poi
            target: str, measurement: dict[str, Any], found: dict[str, Any], out: str,
            samples_dir: str) -> dict[str, Any]:
     """Verify and time every kept candidate of ``found`` (the plug-in's
-    ``tile_candidates``), pick one, write the tile_choice record to ``out``; a point
-    with no candidate passing fails after its record is written."""
+    ``tile_candidates``), pick one, write the tile_choice record to ``out``. A point with
+    no candidate passing gets a record with no pick (its failures shown on the page and
+    listed by the table as unpicked); the other points' picks still make the table."""
     case = spec["name"]
     params = config.find(spec["points"], point, case_path, "points")["params"]
     if not found["kept"]:
@@ -148,13 +149,13 @@ def choose(plugin: Any, spec: dict[str, Any], case_path: Path, variant: str, poi
         "reason": reason, "hand": found["hand"],
         "pick_is_hand": None if picked is None else picked == found["hand"]})
     if chosen is None:
-        raise CasebookError(out, "pick", reason)
+        print(f"casebook: {out}: no pick: {reason}", flush=True)
     return record
 
 
 def run(case_dir: str, case: str, variant: str, point: str, target: str,
         measurement: dict[str, Any], out: str, samples_dir: str) -> dict[str, Any]:
-    """Stage: one point's autotune on a GPU target."""
+    """Stage: one point's autotune on an accelerator target (GPU or TPU)."""
     if target == "cpu":
         raise CasebookError(out, "target", tile_table.CPU_REFUSAL)
     job = stage.load(case_dir, case, target, point, variant, tuned=False)

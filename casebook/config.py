@@ -185,9 +185,10 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
         if repeated:
             raise CasebookError(path, group, f"name {repeated[0]!r} appears twice")
     variants = {v["name"] for v in case["variants"]}
-    for i, variant in enumerate(case.get("autotune", {}).get("variants", [])):
-        if variant not in variants:
-            raise CasebookError(path, f"autotune.variants.{i}", f"no variant named {variant!r}")
+    for key in ("variants", "tpu_variants"):
+        for i, variant in enumerate(case.get("autotune", {}).get(key, [])):
+            if variant not in variants:
+                raise CasebookError(path, f"autotune.{key}.{i}", f"no variant named {variant!r}")
     for i, contrast in enumerate(case.get("contrasts", [])):
         for key in ("variant", "against"):
             if contrast[key] not in variants:

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from casebook import check_power, paths, provenance, records
+from casebook import check_power, paths, provenance, records, tile_table
 from casebook.measure.clocks import times_on_host
 
 
@@ -188,7 +188,7 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
             [a["name"] for a in spec.get("ablations", [])], paths.ablation_record,
             "ablation").items()},
         tile_choices={(v, p["name"]): records.read(path, "tile_choice")
-                      for v in spec.get("autotune", {}).get("variants", [])
+                      for v in tile_table.tuned_variants(spec, target)
                       for p in spec["points"]
                       if Path(path := paths.tile_choice_record(target, case, v, p["name"]))
                       .exists()},

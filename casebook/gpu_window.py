@@ -17,6 +17,12 @@ outcome) and packs ``results/<target>/`` and the logs into one archive
 ``--plan`` names another plan: configs/gpu-window-short.yaml (220 s) fits the device time
 a session may have left after a full window; configs/tpu-window.yaml is the TPU host's
 (benchmarks/tpu_host.sh).
+
+``--continue A.tar.xz [B.tar.xz ...]``: the plan was too long for one device command; this
+window takes the earlier windows' archives (made at this same commit, carried with the
+tree), puts their records in place, skips the records step, lets Snakemake skip every job
+whose record is there, and packs them with its own (its logs alone). Its archive then
+holds the whole plan so far; importing it (with the earlier ones) gives the same folder.
 """
 
 from __future__ import annotations
@@ -185,14 +191,41 @@ def _run_all(argvs: list[list[str]], deadline: float, log: Path) -> tuple[str, i
     return failure or ("done", 0)
 
 
-def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
+CARRIED = "skipped: records carried from an earlier window"
+
+
+def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any]]:
+    """Put the earlier windows' records in place for a continuing window (``archives``,
+    of this commit), each dated just before now (an archive's dates are older than the
+    tree's, and Snakemake would redo a record older than its sources); the time from
+    which this window's own logs count, and the earlier window's record."""
+    if not archives:
+        raise CasebookError("--continue", None, "name the earlier windows' archives")
+    archive.import_archive(*archives, commit=provenance.commit())
+    if not Path(paths.gpu_window_record(target)).is_file():
+        raise CasebookError(paths.gpu_window_record(target), None, "missing: the archives "
+                            "are not a window's")
+    earlier = records.read(paths.gpu_window_record(target), "gpu_window")
+    carried = time.time() - 2
+    for path in Path(paths.target_dir(target)).rglob("*"):
+        if path.is_file():
+            os.utime(path, (carried, carried))
+    return carried + 1, earlier
+
+
+def run(window: dict[str, Any], target: str, out: Path,
+        continues: list[Path] | None = None) -> dict[str, Any]:
     """Run every step within its budget, write the window record, pack the archive.
 
-    The window starts from no records of ``target``: results/<target>/ carried with the
-    tree holds an earlier window's, of another commit, and an archive naming two commits is
-    refused on import (which replaces the folder as a whole).
+    A first window starts from no records of ``target``: results/<target>/ carried with
+    the tree holds an earlier plan's, of another commit, and an archive naming two commits
+    is refused on import (which replaces the folder as a whole). A window that
+    ``continues`` earlier windows starts from their archives (``_carry``).
     """
-    shutil.rmtree(paths.target_dir(target), ignore_errors=True)
+    continuing = continues is not None
+    since, earlier = _carry(target, continues) if continuing else (None, None)
+    if not continuing:
+        shutil.rmtree(paths.target_dir(target), ignore_errors=True)
     shutil.rmtree(chip_holder.LOG_DIR, ignore_errors=True)
     start = time.monotonic()
     deadline = start + window["total_s"] - window["pack_s"]
@@ -203,12 +236,13 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
     for index, (step, step_commands) in enumerate(zip(window["steps"], argvs, strict=True)):
         left = deadline - time.monotonic()
         seconds = left if step["budget_s"] == "rest" else min(step["budget_s"], left)
-        log = Path(paths.log("gpu_window", f"{index:02d}_{step['name']}_{step.get('case', '')}"))
+        log = Path(paths.log("gpu_window", f"{index:02d}_{step['name']}_{step.get('case', '')}"
+                             + (f"_w{len(earlier.get('continues', [])) + 2}" if earlier else "")))
         entry = {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
                  "what": step["what"], "log": str(log)}
-        if seconds < 1:
-            steps.append({**entry, "status": "skipped: no time left", "exit_code": None,
-                          "seconds": 0.0})
+        if seconds < 1 or (continuing and step["name"] == "records"):
+            steps.append({**entry, "exit_code": None, "seconds": 0.0,
+                          "status": CARRIED if seconds >= 1 else "skipped: no time left"})
             continue
         log.unlink(missing_ok=True)
         began = time.monotonic()
@@ -225,8 +259,11 @@ def run(window: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
         opening = sum(held["opened_s"] for held in holders)
         body |= {"chip_holders": holders,
                  "opening_share": round(min(1.0, opening / body["seconds"]), 4)}
+    if earlier is not None:
+        body["continues"] = [*earlier.get("continues", []),
+                             {key: earlier[key] for key in ("commit", "created_at", "seconds")}]
     records.write(paths.gpu_window_record(target), "gpu_window", body)
-    packed = archive.pack(target, out, int(window["archive_mib"] * 2**20))
+    packed = archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
     return {**body, "archive": packed}
 
 
@@ -255,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where the archive goes")
     parser.add_argument("--plan", type=Path, default=WINDOW_CONFIG,
                         help="the window's plan (default configs/gpu-window.yaml)")
+    parser.add_argument("--continue", dest="continues", nargs="+", type=Path,
+                        metavar="ARCHIVE", help="continue the plan of these earlier windows "
+                        "(their archives, made at this commit)")
     args = parser.parse_args(argv)
     try:
         window = load(args.plan)
@@ -272,13 +312,13 @@ def main(argv: list[str] | None = None) -> int:
             raise CasebookError(provenance.COMMIT_VARIABLE, None, f"the records would name "
                                 f"commit {provenance.commit()!r}, which no import accepts: "
                                 "run a clean checkout, or set it to the commit of this tree")
-        done = run(window, target, args.out)
+        done = run(window, target, args.out, args.continues)
     except CasebookError as error:
         print(f"casebook: error: {error}", file=sys.stderr)
         return 1
     print(f"gpu_window: {done['archive']['file']} ({done['archive']['bytes'] / 2**20:.1f} MiB"
           f"{', samples left out' if done['archive']['samples_dropped'] else ''})")
-    return 0 if all(s["status"] == "done" for s in done["steps"]) else 2
+    return 0 if all(s["status"] in ("done", CARRIED) for s in done["steps"]) else 2
 
 
 if __name__ == "__main__":

@@ -197,7 +197,8 @@ def tile_choices(ev: Evidence, href: Href) -> str:
             worst = check.get("worst_error_over_tolerance")
             rows.append({
                 "variant": variant, "point": point, record["key"]: _row_label(c["tiles"]),
-                "shared memory": ", ".join(f"{k} {b:,} B" for k, b in c["smem_bytes"].items()),
+                "shared memory": ", ".join(f"{k} {b:,} B" for k, b in c["smem_bytes"].items())
+                or "— (a TPU kernel's VMEM, checked by Mosaic)",
                 "verified": ("passed" if check["passed"] else "FAILED")
                 + (f" ({worst:.3g} of tolerance)" if worst is not None else "")
                 + (f": {check['error']}" if check.get("error") else ""),

@@ -169,7 +169,7 @@ def tile_note(spec: dict[str, Any], ev: Evidence) -> str | None:
     if ev.tile_choices:
         return (f"Tile choice on {ev.target}: {untuned} (autotune records exist, but no "
                 f"tile table: the autotune run did not finish).")
-    return f"Tile choice on {ev.target}: {untuned} (no GPU autotune run yet)."
+    return f"Tile choice on {ev.target}: {untuned} (no autotune run on it yet)."
 
 
 def _target_section(spec: dict[str, Any], target: str, measured: Collection[str],

@@ -46,6 +46,9 @@ def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu",
     case["variants"] = [v for v in case["variants"] if v["name"] in variants]
     case["ablations"] = [a for a in case["ablations"] if a["of"] in variants]
     case["autotune"]["variants"] = [v for v in ("mgpu",) if v in variants]
+    case["autotune"]["tpu_variants"] = [v for v in ("upstream",) if v in variants]
+    if not case["autotune"]["tpu_variants"]:
+        del case["autotune"]["tpu_variants"]
     if not case["autotune"]["variants"]:
         del case["autotune"]
     case["verify"]["trials"] = 1

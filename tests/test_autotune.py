@@ -33,7 +33,7 @@ from casebook.errors import CasebookError
 from kernels import contract
 from kernels.contract import Runnable
 from kernels.splash_attention import autotune as candidates_of
-from kernels.splash_attention import mgpu_backward, mgpu_forward, port
+from kernels.splash_attention import mgpu_backward, mgpu_forward, port, upstream
 from tests.projects import MEASUREMENT, make_project, snakemake, tiny_case
 
 LIMIT = 232_448  # Hopper's opt-in shared memory per block
@@ -88,7 +88,25 @@ def test_candidates_must_divide_the_sequence_and_pair_two_warpgroups_with_128_ro
     assert {tuple(c["tiles"].values()) for c in found["kept"]} == {
         (64, 64, s, 1) for s in (1, 2, 3, 4)}
     with pytest.raises(ValueError, match="no tile choice"):
-        candidates_of.tile_candidates("upstream", TINY)
+        candidates_of.tile_candidates("mgpu_no_rescaling", TINY)
+
+
+def test_upstream_candidates_are_block_sizes_dividing_the_sequence_with_the_default_kept():
+    """On a TPU the rule picks upstream's block size: 128 (its default, so the default is
+    timed beside the pick), 512 and 1024 where the sequence is a multiple; the pick
+    reaches upstream's BlockSizes for that variant only."""
+    params = {**TINY, "seq_len": 1536}
+    for variant, key in (("upstream", "upstream_blocks"), ("upstream_bwd", "upstream_bwd_blocks")):
+        found = candidates_of.tile_candidates(variant, params)
+        assert found["key"] == key and found["hand"] == {"block": 128}
+        assert [c["tiles"]["block"] for c in found["kept"]] == [128, 512]
+        assert [r["tiles"]["block"] for r in found["rejected"]] == [1024]
+        assert "not a multiple of block 1024" in found["rejected"][0]["reason"]
+    tuned = {**params, "upstream_bwd_blocks": {"block": 512}}
+    assert upstream.block_sizes(tuned, "upstream_bwd").block_kv_dq == 512
+    assert upstream.block_sizes(tuned, "upstream").block_q == 128
+    assert candidates_of.tile_candidates("upstream", {**params, "block": 512})["hand"] == {
+        "block": 512}
 
 
 RULE = candidates_of.TIE_RULE
@@ -150,15 +168,28 @@ FAKE_FOUND = {"key": "tiles", "smem_limit_bytes": LIMIT, "rejected": [], "tie_ru
     for n in (1, 2)]}
 
 
-def test_every_candidate_failing_verification_is_a_clear_error_after_its_record(tmp_path):
+def test_every_candidate_failing_verification_gives_no_pick_and_no_table_row(
+        tmp_path, monkeypatch):
+    """The record says why nothing was picked; the table lists the point as unpicked (it
+    runs the kernel's own choice) and keeps the other points' picks."""
     out = str(tmp_path / "tiles/v/p.json")
-    with pytest.raises(CasebookError, match="pick: no candidate both passed verification"):
-        autotune.choose(fake_plugin(wrong={1, 2}), FAKE_SPEC, CASE_PATH,
-                        "v", "p", "h200", MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"))
+    autotune.choose(fake_plugin(wrong={1, 2}), FAKE_SPEC, CASE_PATH,
+                    "v", "p", "h200", MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"))
     record = records.read(out, "tile_choice")
     assert record["pick"] is None and record["pick_is_hand"] is None
+    assert "no candidate both passed verification" in record["reason"]
     assert [c["timed"] for c in record["candidates"]] == [False, False]
     assert not any(c["verify"]["passed"] for c in record["candidates"])
+    picked = str(tmp_path / "tiles/v/q.json")
+    spec = {**FAKE_SPEC, "points": [*FAKE_SPEC["points"], {**FAKE_SPEC["points"][0],
+                                                            "name": "q"}]}
+    autotune.choose(fake_plugin(wrong=set()), spec, CASE_PATH, "v", "q", "h200",
+                    MEASUREMENT, FAKE_FOUND, picked, str(tmp_path / "s2"))
+    monkeypatch.chdir(tmp_path)
+    made = tile_table.generate("h200", "splash_attention", [out, picked], "tiles.yaml")
+    assert list(made["rows"]["v"]) == ["q"]
+    assert made["unpicked"]["v"]["p"].startswith(f"{out}: no candidate both passed")
+    assert tile_table.read("tiles.yaml") == made
 
 
 def test_a_gpu_target_refuses_a_runnable_that_would_run_in_an_interpreter(tmp_path):
@@ -176,8 +207,8 @@ def test_a_gpu_target_refuses_a_runnable_that_would_run_in_an_interpreter(tmp_pa
 
 
 def test_run_refuses_target_cpu(tmp_path):
-    with pytest.raises(CasebookError, match="target: autotune measures tile candidates on "
-                                            "a GPU"):
+    with pytest.raises(CasebookError, match="target: autotune measures tile candidates on an "
+                                            "accelerator"):
         autotune.run("configs/cases", "splash_attention", "mgpu", "mha_causal_f16", "cpu",
                      MEASUREMENT, str(tmp_path / "p.json"), str(tmp_path / "s"))
 
@@ -276,7 +307,8 @@ def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
     refused = snakemake(project, "--dry-run", "autotune")
     assert refused.returncode != 0
     said = refused.stdout + refused.stderr
-    assert said.count("casebook: autotune measures tile candidates on a GPU; target cpu") == 1
+    assert said.count("casebook: autotune measures tile candidates on an accelerator; "
+                      "target cpu") == 1
     everything = snakemake(project, "--dry-run")
     assert everything.returncode == 0, everything.stderr[-2000:]
     jobs = [line.split()[0] for line in everything.stdout.splitlines() if line.strip()]
@@ -293,7 +325,7 @@ def test_the_page_says_where_tiles_came_from(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = config.load_case("configs/cases", "splash_attention")
     untuned = SimpleNamespace(target="h200", case="splash_attention", tile_choices={})
-    assert "not autotuned (no GPU autotune run yet)" in site.tile_note(spec, untuned)
+    assert "not autotuned (no autotune run on it yet)" in site.tile_note(spec, untuned)
     unfinished = SimpleNamespace(**{**vars(untuned), "tile_choices": {("mgpu", "p"): {}}})
     assert "no tile table: the autotune run did not finish" in site.tile_note(spec, unfinished)
     write_table(tmp_path, "p", TINY, {"block_q": 64})

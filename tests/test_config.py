@@ -95,7 +95,7 @@ def test_per_output_tolerances_load(case_dir):
     ("splash_attention", lambda d: d["points"][1]["params"].update(heads_kv=3),
      "points.1.params.heads_kv", "3 does not divide heads_q=4"),
     ("splash_attention", lambda d: d["points"][2]["params"].update(seq_len=384, block=256),
-     "points.2.params.seq_len", "384 is not a multiple of block=256"),
+     "points.2.params.seq_len", "384 is not a multiple of upstream's block 256 (block)"),
     ("moe_nvfp4", lambda d: d["build_only_points"][0]["params"].update(hidden=7296),
      "build_only_points.0.params.hidden", "7296 is not a multiple of 256"),
     ("moe_nvfp4", lambda d: d["variants"][2].update(name="gemm1_nosuch"),

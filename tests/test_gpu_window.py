@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook import archive, chip_holder, envcapture, gpu_window, hostcapture, paths, records
+from casebook import (
+    archive,
+    chip_holder,
+    envcapture,
+    gpu_window,
+    hostcapture,
+    paths,
+    provenance,
+    records,
+)
 from casebook.errors import CasebookError
 
 HEAD = subprocess.run(["git", "-C", str(paths.SOURCE_ROOT), "rev-parse", "HEAD"],
@@ -141,6 +150,50 @@ def test_the_window_records_what_its_chip_holders_spent_opening_the_chip(tmp_pat
     assert 0 < record["opening_share"] <= 0.5  # the step took at least its 1 s sleep
 
 
+def test_a_continuing_window_starts_from_the_earlier_windows_archive(tmp_path, monkeypatch):
+    """A plan too long for one device command continues in the next (``--continue A``):
+    the earlier window's archive, of this commit, is put in place with its records dated
+    before the window (Snakemake skips their jobs), the records step is skipped, and the
+    archive holds the plan so far; an archive of another commit is refused."""
+    monkeypatch.chdir(tmp_path)
+    window = copy.deepcopy(gpu_window.load())
+    window["steps"] = [{"name": "records", "budget_s": 30, "what": "env, host, floor"},
+                       {"name": "measure", "case": "splash_attention", "budget_s": 30,
+                        "what": "writes one table"}]
+    new = Path(paths.target_dir("h200")) / "case/time/v/new.samples.csv"
+    writes = (f"import pathlib; p = pathlib.Path({str(new)!r}); "
+              "p.parent.mkdir(parents=True, exist_ok=True); p.write_text('sample')")
+    ran = tmp_path / "records_ran"
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [
+        [[sys.executable, "-c", f"open({str(ran)!r}, 'w')"]], [[sys.executable, "-c", writes]]])
+    first = gpu_window.run(window, "h200", tmp_path / "first")
+    write_target_records(tmp_path, "h200", commit=provenance.commit())  # its records step's
+    earlier = archive.pack("h200", tmp_path / "a", 2**20)["file"]
+    shutil.rmtree(paths.target_dir("h200"))  # a fresh tree on the host
+    ran.unlink()
+    for log in Path(paths.LOGS).rglob("*.log"):  # the first window's, minutes before
+        os.utime(log, (time.time() - 600, time.time() - 600))
+
+    done = gpu_window.run(window, "h200", tmp_path / "second", [Path(earlier)])
+    assert not ran.exists()
+    assert [s["status"] for s in done["steps"]] == [gpu_window.CARRIED, "done"]
+    assert done["steps"][1]["log"].endswith("01_measure_splash_attention_w2.log")
+    carried = Path(paths.host_record("h200"))
+    assert carried.stat().st_mtime < new.stat().st_mtime <= time.time()
+    with tarfile.open(done["archive"]["file"]) as tar:
+        names = set(tar.getnames())
+    assert {"results/h200/case/time/v/new.samples.csv", "results/h200/gpu_window.json",
+            "results/h200/env.json", "results/h200/host.json",
+            "results/h200/logs/gpu_window/01_measure_splash_attention_w2.log"} <= names
+    assert "results/h200/logs/gpu_window/00_records_.log" not in names  # the first's own
+    record = records.read(paths.gpu_window_record("h200"), "gpu_window")
+    assert [c["seconds"] for c in record["continues"]] == [first["seconds"]]
+
+    other = make_archive(tmp_path / "other", commit="1" * 40)
+    with pytest.raises(CasebookError, match="a plan continues at the commit it started at"):
+        gpu_window.run(window, "h200", tmp_path / "third", [other])
+
+
 def test_a_measure_step_asks_for_each_points_comparison_alone_in_order():
     window = gpu_window.load()
     steps = window["steps"]
@@ -230,7 +283,7 @@ def write_target_records(root: Path, target: str, commit: str = HEAD) -> None:
         data = json.loads(path.read_text())
         path.write_text(json.dumps({**data, "commit": commit}))
     samples = root / paths.target_dir(target) / "case" / "time" / "v" / "p.samples.csv"
-    samples.parent.mkdir(parents=True)
+    samples.parent.mkdir(parents=True, exist_ok=True)
     samples.write_text("sample,seconds\n0,1e-3\n")
 
 

@@ -81,6 +81,9 @@ def test_a_tpu_targets_job_without_the_device_keeps_off_the_chip(monkeypatch):
         return types.SimpleNamespace(wildcards=types.SimpleNamespace(target=target),
                                      resources=types.SimpleNamespace(**resources))
 
+    # Recorded first, so that teardown restores both whatever the code set.
+    monkeypatch.setenv(contract.TARGET_PLATFORM, "")
+    monkeypatch.delenv(contract.TARGET_PLATFORM)
     for kept in (job("h200", gpu=0), job("cpu"), types.SimpleNamespace()):
         monkeypatch.delenv("JAX_PLATFORMS", raising=False)
         assert not off_device.off_the_chip(kept)

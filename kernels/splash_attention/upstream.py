@@ -35,23 +35,36 @@ def mask(params: dict[str, Any]) -> splash.MultiHeadMask:
     return splash.MultiHeadMask([head] * params["heads_q"])
 
 
-def block_sizes(params: dict[str, Any]) -> splash.BlockSizes:
+# The point key holding each upstream variant's block size where the autotune rule on a
+# TPU picked one (results/<target>/splash_attention/tiles.yaml); else ``block`` (default
+# 128, upstream's BlockSizes default) serves both.
+TUNED_KEYS = {"upstream": "upstream_blocks", "upstream_bwd": "upstream_bwd_blocks"}
+DEFAULT_BLOCK = 128
+
+
+def block(params: dict[str, Any], variant: str = "upstream") -> int:
+    """The block size ``variant`` runs at ``params``: its tuned row, else ``block``."""
+    tuned = params.get(TUNED_KEYS[variant])
+    return tuned["block"] if tuned else params.get("block", DEFAULT_BLOCK)
+
+
+def block_sizes(params: dict[str, Any], variant: str = "upstream") -> splash.BlockSizes:
     """One block size for the forward, dq and dkv kernels (the separate dq/dkv kernels,
     upstream's default, not the fused backward)."""
-    block = params.get("block", 128)
-    return splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
-                             block_q_dkv=block, block_kv_dkv=block,
-                             block_kv_dkv_compute=block, block_q_dq=block,
-                             block_kv_dq=block)
+    size = block(params, variant)
+    return splash.BlockSizes(block_q=size, block_kv=size, block_kv_compute=size,
+                             block_q_dkv=size, block_kv_dkv=size,
+                             block_kv_dkv_compute=size, block_q_dq=size,
+                             block_kv_dq=size)
 
 
-def block_table(params: dict[str, Any]) -> np.ndarray:
+def block_table(params: dict[str, Any], variant: str = "upstream") -> np.ndarray:
     """Upstream MaskInfo's class of every (head, q-block, kv-block) tile.
 
     Heads with identical masks share one table row, so the first axis counts distinct
     head masks, not heads.
     """
-    bs = block_sizes(params)
+    bs = block_sizes(params, variant)
     # Upstream's own arguments, in its order: the kernel's call then hits the same
     # lru_cache entry instead of classifying the mask again.
     info, _ = splash_attention_mask_info.process_mask(
@@ -72,11 +85,13 @@ def checking_mode() -> pltpu.InterpretParams:
     return pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
 
 
-def make(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
+def make(params: dict[str, Any], interpret: bool | pltpu.InterpretParams,
+         variant: str = "upstream"):
     """The upstream kernel for ``params``: a callable of (q, k, v) (the point's segment
-    ids, when it packs sequences, and soft cap are fixed by ``params``)."""
+    ids, when it packs sequences, and soft cap are fixed by ``params``), at ``variant``'s
+    block size."""
     kernel = splash.make_splash_mha_single_device(
-        mask(params), block_sizes=block_sizes(params), interpret=interpret,
+        mask(params), block_sizes=block_sizes(params, variant), interpret=interpret,
         attn_logits_soft_cap=params.get("soft_cap"))
     ids = segment_ids(params)
     if ids is None:
@@ -87,8 +102,8 @@ def make(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
 
 def make_backward(params: dict[str, Any], interpret: bool | pltpu.InterpretParams):
     """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the upstream kernel's own
-    custom VJP (its dq and dkv kernels)."""
-    attend = make(params, interpret)
+    custom VJP (its dq and dkv kernels), at ``upstream_bwd``'s block size."""
+    attend = make(params, interpret, "upstream_bwd")
 
     def gradients(q, k, v, do):
         _, vjp = jax.vjp(attend, q, k, v)

@@ -1,6 +1,7 @@
-# GPU hosts only: measure each point's tile candidates, pick one, write the target's tile
-# table (build, verify and time then apply it). Not part of `all`; `snakemake autotune`
-# runs it, and refuses target cpu: interpreter times say nothing about GPU speed.
+# Accelerator hosts only: measure each point's tile candidates (a GPU's: the port's tiles;
+# a TPU's: upstream's block sizes), pick one, write the target's tile table (build, verify
+# and time then apply it). Not part of `all`; `snakemake autotune` runs it, and refuses
+# target cpu: interpreter times say nothing about an accelerator's speed.
 
 
 rule tile_choice:
@@ -31,8 +32,8 @@ rule tile_table:
     input:
         lambda w: [
             paths.tile_choice_record(w.target, w.case, v, p["name"])
-            for v in autotuned(w.case)
-            for p in CASES[w.case]["points"]
+            for v in autotuned(w.case, w.target)
+            for p in paths.for_target(CASES[w.case], w.target)["points"]
         ],
     output:
         paths.tile_table("{target}", "{case}"),

@@ -222,18 +222,21 @@ def figure_inputs(wildcards):
             *randomized_records(wildcards.case)]
 
 
-def autotuned(case):
-    """The variants of ``case`` whose tile choice is autotuned (config `autotune`)."""
-    return CASES[case].get("autotune", {}).get("variants", [])
+def autotuned(case, target):
+    """The variants of ``case`` whose tile choice is autotuned on ``target`` (config
+    `autotune`: `variants` on a GPU, `tpu_variants` on a TPU)."""
+    return tile_table.tuned_variants(CASES[case], target)
 
 
 def autotune_tables(wildcards):
     if "cpu" in MEASURED:
         raise WorkflowError(f"casebook: {tile_table.CPU_REFUSAL}")
-    tuned = [case for case in CASES if autotuned(case)]
-    if not tuned:
-        raise WorkflowError("casebook: no case of this config has `autotune` variants")
-    return [paths.tile_table(t, case) for t in MEASURED for case in tuned]
+    tables = [paths.tile_table(t, case) for t in MEASURED for case in CASES
+              if autotuned(case, t)]
+    if not tables:
+        raise WorkflowError(f"casebook: no case of this config has `autotune` variants for "
+                            f"target(s) {', '.join(MEASURED)}")
+    return tables
 
 
 def history_files(wildcards):

@@ -1,4 +1,4 @@
-"""Snakemake script: autotune one variant's tile choice at one point (GPU targets)."""
+"""Snakemake script: autotune one variant's tile choice at one point (accelerator targets)."""
 
 from casebook import worker
 from casebook.errors import reported
