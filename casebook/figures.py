@@ -175,6 +175,18 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
         if point in points and record["timed"]:
             add(_outputs(record), f"baseline: {name}", point, record["measurement"])
     groups = groups or {frozenset(): {}}
+    # What was not timed says why where the bar would be: a baseline too big for the
+    # device's memory is a result, not a gap.
+    # (Each in the panel where the same kernel or baseline is timed elsewhere, else the first.)
+    home = {label: key for key, series in groups.items() for label in series}
+    first = min(groups, key=sorted)
+    untimed: dict[tuple[frozenset[str], int], list[str]] = {}
+    for (label, point), record in (*ev.time.items(), *(
+            ((f"baseline: {n}", p), r) for (n, p), r in ev.baselines.items())):
+        if point in points and not record["timed"] and "does not fit" in record.get(
+                "not_timed_reason", ""):
+            untimed.setdefault((home.get(label, first), points.index(point)), []).append(
+                f"{label.removeprefix('baseline: ')}: does not fit in memory")
     unit, scale = time_unit([m["median_s"] for series in groups.values()
                              for by_point in series.values() for m in by_point.values()])
     fig, axes = plt.subplots(1, len(groups), figsize=(6.4 * len(groups), 3.6), squeeze=False,
@@ -190,7 +202,17 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
                       [(m["ci_high_s"] - m["median_s"]) * scale for m in ms]]
             ax.bar(xs, [m["median_s"] * scale for m in ms], width, yerr=errors, capsize=2,
                    label=label)
-        ax.set_xticks(range(len(points)), points)
+        ax.set_xticks(range(len(points)), points, fontsize=7 if len(points) > 3 else None,
+                      rotation=20 if len(points) > 3 else 0,
+                      ha="right" if len(points) > 3 else "center")
+        ax.set_xlim(-0.6, len(points) - 0.4)  # a point with no bar keeps its slot
+        shown = {points.index(p) for by_point in series.values() for p in by_point}
+        for index in range(len(points)):
+            said = untimed.get((key, index), [])
+            if said or index not in shown:
+                ax.text(index, 0.03, "\n".join(said or ["no time record"]), ha="center",
+                        va="bottom", rotation=90, fontsize=6, color="0.35",
+                        transform=ax.get_xaxis_transform())
         ax.set_yscale("log")
         plain_log_ticks(ax.yaxis)
         lows = [m["ci_low_s"] * scale for by_point in series.values()

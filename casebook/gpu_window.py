@@ -41,7 +41,17 @@ from typing import Any
 
 import yaml
 
-from casebook import archive, chip_holder, config, files, hostcapture, paths, provenance, records
+from casebook import (
+    archive,
+    chip_holder,
+    config,
+    files,
+    hostcapture,
+    paths,
+    provenance,
+    records,
+    tile_table,
+)
 from casebook.errors import CasebookError
 
 WINDOW_CONFIG = paths.SOURCE_ROOT / "configs" / "gpu-window.yaml"
@@ -69,8 +79,9 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
             raise CasebookError(path, f"steps.{i}.case", f"{step['case']} is not a case of "
                                 f"configs/config.yaml ({', '.join(cases)})")
         if "points" in step:
-            if step["name"] != "measure":
-                raise CasebookError(path, f"steps.{i}.points", "only a measure step names points")
+            if step["name"] not in ("measure", "autotune") or "case" not in step:
+                raise CasebookError(path, f"steps.{i}.points", "only a measure or autotune "
+                                    "step names points, with its case")
             spec = config.load_case(config.load_global()["case_dir"], step["case"])
             known = [p["name"] for p in [*spec["points"], *spec["build_only_points"]]
                      if "measured_on" in p or p in spec["points"]]
@@ -121,8 +132,12 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
             out.append([_snakemake(target, overlay,
                                    *paths.case_records(_case_spec(step["case"], target),
                                                        target))])
-        else:
-            out.append([_snakemake(target, overlay, "autotune")])
+        else:  # autotune: the named points' tile choices first, one point at a time
+            spec = _case_spec(step["case"], target) if "case" in step else None
+            out.append([*(_snakemake(target, overlay, *(
+                paths.tile_choice_record(target, step["case"], v, p)
+                for v in tile_table.tuned_variants(spec, target)))
+                for p in step.get("points", [])), _snakemake(target, overlay, "autotune")])
     return out
 
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -194,6 +195,26 @@ def test_a_continuing_window_starts_from_the_earlier_windows_archive(tmp_path, m
         gpu_window.run(window, "h200", tmp_path / "third", [other])
 
 
+def test_an_autotune_step_tunes_its_points_first_in_order_then_the_table():
+    """On the TPU the tile choices at the publishable points come first, one point at a
+    time (a cut loses the point in hand, not the plan's order); then `autotune` makes
+    the rest and the table."""
+    window = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window.yaml"))
+    (step,) = [s for s in window["steps"] if s["name"] == "autotune"]
+    index = window["steps"].index(step)
+    argvs = gpu_window.commands(window, "tpu-v5e", "o.yaml")[index]
+    asked = [argv[argv.index("--") + 1:] for argv in argvs]
+    assert asked[-1] == ["autotune"] and len(asked) == len(step["points"]) + 1
+    for point, targets in zip(step["points"], asked, strict=False):
+        assert targets == [paths.tile_choice_record("tpu-v5e", "splash_attention", v, point)
+                           for v in ("upstream", "upstream_bwd")]
+    window["steps"][index] = {k: v for k, v in step.items() if k != "case"}
+    with pytest.raises(CasebookError, match="only a measure or autotune step names points"):
+        bad = Path(tempfile.mkdtemp()) / "plan.yaml"
+        bad.write_text(yaml.safe_dump(window))
+        gpu_window.load(bad)
+
+
 def test_a_measure_step_asks_for_each_points_comparison_alone_in_order():
     window = gpu_window.load()
     steps = window["steps"]
@@ -242,7 +263,7 @@ def test_a_tpu_measure_step_takes_the_points_measured_there_alone(tmp_path):
     ({"name": "measure", "case": "splash_attention", "points": ["nope"]}, "steps.0.points",
      "nope is not a point of splash_attention"),
     ({"name": "case", "case": "splash_attention", "points": ["mha_causal_f16"]},
-     "steps.0.points", "only a measure step names points"),
+     "steps.0.points", "only a measure or autotune step names points"),
     ({"name": "measure", "case": "no_such_case"}, "steps.0.case", "no_such_case is not a case"),
     ({"name": "measure"}, "steps.0.case", "a measure step names its case"),
 ])

@@ -519,6 +519,28 @@ def test_the_timing_figure_sets_a_backward_apart_from_forward_baselines_in_plain
     assert any(labels) and not [t for t in labels if "times" in t or "^" in t]
 
 
+def test_the_timing_figure_says_what_does_not_fit_and_keeps_a_slot_for_an_untimed_point():
+    """A baseline that ran out of the device's memory is a result: the figure says so
+    where its bar would be, in the panel where it is timed elsewhere; a point with no time
+    record keeps its slot and says it has none."""
+    from casebook import figures
+
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=2e-3)
+    ev.spec = {"points": [{"name": "p"}, {"name": "big"}]}
+    ev.verify["v", "big"] = ev.verify["v", "p"]
+    ev.baselines["b", "big"] = {"timed": False, "execution": ev.baselines["b", "p"]["execution"],
+                                "role": "without_work", "not_timed_reason":
+                                "does not fit in the device's memory: RESOURCE_EXHAUSTED"}
+    fig = figures.draw_timing(ev, ["p", "big"])
+    (ax,) = fig.axes
+    said = {t.get_text() for t in ax.texts}
+    assert said == {"b: does not fit in memory"}
+    assert ax.get_xlim()[1] > 1  # the second point's slot is drawn
+    del ev.baselines["b", "big"]
+    fig = figures.draw_timing(ev, ["p", "big"])
+    assert {t.get_text() for t in fig.axes[0].texts} == {"no time record"}
+
+
 def test_a_tpu_hosts_records_name_the_chip_not_the_host_cpu(tmp_path, monkeypatch):
     """The third TPU window's index cell read "upstream verified (XLA on the host CPU) on
     unknown CPU (13 cores), no GPU": a TPU host's records name its chip, and what ran
