@@ -15,6 +15,7 @@ from pandas.io.formats.style import Styler
 
 from casebook import conditions, evidence, fmt, history, paths
 from casebook.evidence import Evidence
+from casebook.measure.clocks import times_on_host
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
 
@@ -97,6 +98,46 @@ def timing(ev: Evidence, href: Href) -> str:
         rows.append(_timing_row(name, f"baseline: {role}", point, record, path, href))
         failed.append(not record["timed"])
     return _html(rows, failed, f"time-{ev.target}")
+
+
+def _power_text(ev: Evidence, variant: str, point: str) -> str:
+    power = ev.power(variant, point)
+    if power is None:
+        return "not measured"
+    return f"WEAK: {power['why']}" if power["weak"] else "every mutant caught"
+
+
+def summary(evs: list[Evidence], on_device: bool) -> str:
+    """The case's results at a glance: one row per target, variant and point timed by a
+    device clock (``on_device``) or on the host (an interpreter's times, no speed result):
+    verified (worst error over tolerance), check power, median and interval, the paired
+    verdict against each baseline, the fraction of the speed of light. A failed check or
+    a WEAK one is marked."""
+    rows, failed = [], []
+    for ev in evs:
+        verdicts: dict[tuple[str, str], list[str]] = {}
+        for (variant, name, point), c in conditions.comparisons(ev).items():
+            ratio = (f" {c.speedup:.2f}× [{c.low:.2f}, {c.high:.2f}]" if c.printable
+                     else "")
+            verdicts.setdefault((variant, point), []).append(f"{c.verdict}{ratio} vs {name}")
+        for (variant, point), record in ev.time.items():
+            if not record["timed"] or times_on_host(record["execution"]) == on_device:
+                continue
+            m, check = record["measurement"], ev.verify.get((variant, point), {})
+            worst = check.get("worst_error_over_tolerance")
+            sol = (record.get("speed_of_light") or {}).get("fraction")
+            power = _power_text(ev, variant, point)
+            rows.append({
+                "target": ev.target, "variant": variant, "point": point,
+                "verified": ("passed" if check.get("passed") else "FAILED")
+                + (f" ({worst:.2g} of tol.)" if worst is not None else ""),
+                "check power": power,
+                "median": fmt.seconds(m["median_s"]),
+                "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])}",
+                "against baselines": "; ".join(verdicts.get((variant, point), [])) or None,
+                "of SOL": None if sol is None or not on_device else f"{sol:.1%}"})
+            failed.append(not check.get("passed") or power.startswith("WEAK"))
+    return _html(rows, failed, "summary-device" if on_device else "summary-host")
 
 
 def comparisons(ev: Evidence) -> str:

@@ -239,6 +239,8 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
         made = [_target_section(spec, t, measured, root) for t in targets]
         sections = [section for section, _ in made]
         unrun = never_run([ev for _, ev in made])
+        glance = {"device": page_tables.summary([ev for _, ev in made], on_device=True),
+                  "host": page_tables.summary([ev for _, ev in made], on_device=False)}
     except CasebookError as failure:
         shutil.rmtree(root, ignore_errors=True)  # figures and records copied so far
         error = str(failure)
@@ -248,7 +250,7 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
     else:
         error = None
         _render(paths.site_page(case, root), "case.html", site_title=title, spec=spec,
-                sections=sections, never_run=unrun, headings=conditions.HEADINGS,
+                sections=sections, never_run=unrun, headings=conditions.HEADINGS, glance=glance,
                 points=page_tables.points(spec), page="case")
     records.write(status_path, "page", {"case": case, "ok": error is None, "error": error})
 
@@ -256,22 +258,28 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
 def index(case_dir: str, cases: list[str], targets_of: dict[str, list[str]],
           measured: Collection[str], title: str, root: str,
           statuses: dict[str, str]) -> None:
-    """The index in the site part at ``root``; ``statuses``: each case's page record."""
-    cards = []
+    """The index in the site part at ``root``: one matrix, a row per case and a column per
+    target, each cell a few badges (``status.badges``) linking to the case page's section;
+    ``statuses``: each case's page record."""
+    cards, columns = [], ["cpu"]
     for case in cases:
         spec = config.load_case(case_dir, case)
         page = records.read(statuses[case], "page")
-        rows, evs = [], []
+        cells, evs = {}, []
         for target in targets_of[case] if page["ok"] else []:
             ev = gather(spec, target, must_exist=target in measured)
             evs.append(ev)
-            rows.append({"target": target, "hardware": status.hardware(ev),
-                         "status": status.parts(ev),
-                         "made": _made(ev)})
-        rows += never_run(evs)
+            cells[target] = {"hardware": status.hardware(ev), "badges": status.badges(ev),
+                             "made": _made(ev)}
+        for row in never_run(evs):
+            cells[row["target"]] = {"hardware": row["hardware"], "made": row["made"],
+                                    "badges": [{"text": "never run", "tone": "warn",
+                                                "title": row["status"][0]["text"]}]}
+        columns += [t for t in cells if t not in columns]
         cards.append({"spec": spec, "page": paths.site_href(paths.site_page(case)),
-                      "targets": rows, "error": page["error"]})
-    _render(paths.site_index(root), "index.html", site_title=title, cards=cards, page="index")
+                      "cells": cells, "error": page["error"]})
+    _render(paths.site_index(root), "index.html", site_title=title, cards=cards,
+            columns=columns, page="index")
 
 
 def target_records(targets: list[str], root: str) -> None:

@@ -100,3 +100,59 @@ def parts(ev: Evidence) -> list[dict[str, str]]:
     if ev.stale:
         found.append(_phrase("STALE records", "bad"))
     return found
+
+
+def _sol_best(ev: Evidence) -> float | None:
+    """The largest fraction of the speed of light a timed device record reached."""
+    found = [r["speed_of_light"]["fraction"] for r in ev.time.values()
+             if r["timed"] and isinstance(r.get("speed_of_light"), dict)
+             and r["speed_of_light"].get("fraction") is not None
+             and not times_on_host(r["execution"])]
+    return max(found, default=None)
+
+
+def badges(ev: Evidence) -> list[dict[str, str]]:
+    """The target's status as a few short badges for the index matrix (the sentences are
+    on the case page): verified n/m, FAILED, not run here, WEAK, where it was timed, the
+    headline speedup and fraction of the speed of light, STALE. Each with a ``title``
+    saying more."""
+    if not (ev.verify or ev.time or ev.baselines):
+        return [{"text": "no record of this case", "tone": "warn",
+                 "title": "this target's env and host records exist, no job of this case ran"}]
+    found = []
+    if ev.ran:
+        failed = sum(not r["passed"] for r in ev.ran.values())
+        found.append({"text": f"verified {len(ev.ran) - failed}/{len(ev.ran)}",
+                      "tone": "ok" if not failed else "bad",
+                      "title": "variant × point checks against the oracle that ran here"})
+        if failed:
+            found.append({"text": f"FAILED {failed}", "tone": "bad",
+                          "title": "checks that failed verification"})
+    if ev.not_run:
+        found.append({"text": f"{len(ev.not_run)} not run here", "tone": "warn",
+                      "title": "; ".join(sorted(set(ev.not_run.values())))})
+    if ev.weak:
+        found.append({"text": f"WEAK {len(ev.weak)}/{len(ev.ran)}", "tone": "bad",
+                      "title": "; ".join(sorted(set(ev.weak.values())))})
+    short = {"timed in interpret mode on the host CPU only": "interpreter times only",
+             "timed on the host CPU only": "host times only",
+             "not measured on GPU": "no GPU time", f"measured on {hardware(ev)}": "device time"}
+    for phrase in _measurement(ev):
+        if not phrase["text"].startswith("faster than "):
+            found.append({"text": short.get(phrase["text"], phrase["text"]),
+                          "tone": phrase["tone"], "title": phrase["text"]})
+    compared = [c for c in conditions.comparisons(ev).items()
+                if c[1].verdict == stats.FASTER and c[1].printable]
+    if compared:
+        (variant, name, point), best = max(compared, key=lambda c: c[1].speedup)
+        found.append({"text": f"{best.speedup:.1f}× faster", "tone": "ok",
+                      "title": f"{variant} against {name} at {point} (paired, FASTER)"})
+    sol = _sol_best(ev)
+    if sol is not None:
+        found.append({"text": f"{sol:.0%} of SOL", "tone": "note",
+                      "title": "the largest fraction of the speed of light a device-timed "
+                               "record reached"})
+    if ev.stale:
+        found.append({"text": "STALE", "tone": "bad",
+                      "title": "records made from other kernel sources than these"})
+    return found

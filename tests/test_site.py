@@ -11,7 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import conditions, config, methods, page_tables, paths, site, status, timing
+from casebook import (
+    conditions,
+    config,
+    methods,
+    page_tables,
+    paths,
+    records,
+    site,
+    status,
+    timing,
+)
 from casebook.errors import CasebookError
 from casebook.evidence import Evidence, honest_clock
 from casebook.measure import stats
@@ -336,6 +346,74 @@ def test_a_page_whose_inputs_do_not_read_back_is_rendered_as_failed(tmp_path, mo
     assert "FAILED to render" in index and "corrupt or truncated JSON" in index
     assert set(re.findall(r'href="([^"#]+\.html)', index)) == {
         "index.html", "methods.html", "moe_nvfp4.html"}
+
+
+def test_the_index_badges_say_what_the_case_page_says_in_a_few_words():
+    """Verified n/m, FAILED, not run here (the reason on hover), WEAK, where it was timed,
+    the best paired speedup, the best fraction of the speed of light, STALE."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    ev.time["v", "p"]["speed_of_light"] = {"fraction": 0.42}
+    compared(ev, np.random.default_rng(0), floor=0.01)
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert list(said)[:2] == ["verified 1/1", "device time"]
+    assert said["device time"]["title"] == "measured on NVIDIA H200"
+    assert said["2.0× faster"]["title"] == "v against b at p (paired, FASTER)"
+    assert said["42% of SOL"]["tone"] == "note"
+    ev.verify["w", "p"] = {**ev.verify["v", "p"], "passed": False}
+    ev.verify["x", "p"] = {"ran": False, "not_run_reason": "needs a B200"}
+    ev.current_sha256 = {("v", "p"): "made from other sources"}
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert said["verified 1/2"]["tone"] == said["FAILED 1"]["tone"] == "bad"
+    assert said["1 not run here"]["title"] == "needs a B200"
+    assert said["STALE"]["tone"] == "bad"
+    ev.check_power["p"]["mutants"][0]["caught"] = False
+    assert "WEAK 2/2" in {b["text"] for b in status.badges(ev)}
+
+
+def test_the_case_page_opens_with_every_device_timed_result_the_host_times_apart():
+    """One row per target, variant and point timed on a device (the host's interpreter
+    times in a table of their own): verified with its worst error, the check's power,
+    median and interval, the paired verdicts, the fraction of the speed of light; a WEAK
+    or failed check marks its row."""
+    device = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    device.time["v", "p"]["speed_of_light"] = {"fraction": 0.42}
+    device.verify["v", "p"]["worst_error_over_tolerance"] = 0.25
+    compared(device, np.random.default_rng(0), floor=0.01)
+    host = evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3)
+    def cells(on_device: bool) -> list[list[str]]:
+        rows = re.findall(r"<tr>(.*?)</tr>", page_tables.summary([host, device], on_device),
+                          re.S)[1:]
+        return [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
+
+    (row,) = cells(on_device=True)
+    assert row[:3] == ["h200", "v", "p"]
+    assert row[3] == "passed (0.25 of tol.)" and row[4] == "every mutant caught"
+    assert re.fullmatch(r"FASTER [12]\.\d\d× \[[\d.]+, [\d.]+\] vs b", row[7])
+    assert row[8] == "42.0%"
+    (row,) = cells(on_device=False)
+    assert row[0] == "cpu" and row[8] == "—"  # no fraction of SOL for an interpreter
+    assert ' fail"' not in page_tables.summary([host, device], on_device=False)
+    host.check_power["p"]["mutants"][0]["caught"] = False
+    weak = page_tables.summary([host, device], on_device=False)
+    assert "WEAK: " in weak and ' fail"' in weak
+
+
+def test_the_index_is_one_matrix_of_cases_and_targets(tmp_path, monkeypatch):
+    """A row per case, a column per target (cpu first), each cell the hardware linking to
+    the target's section and its badges; the TPU's committed records read back."""
+    statuses = {}
+    for case in ("splash_attention", "moe_nvfp4"):
+        statuses[case] = str(tmp_path / f"{case}.json")
+        records.write(statuses[case], "page", {"case": case, "ok": True, "error": None})
+    root = str(tmp_path / "site")
+    site.index("configs/cases", list(statuses), {c: ["tpu-v5e"] for c in statuses},
+               [], "t", root, statuses)
+    index = Path(paths.site_index(root)).read_text()
+    heads = re.findall(r'<th scope="col">([^<]+)</th>', index)
+    assert heads[:3] == ["case", "cpu", "tpu-v5e"]
+    assert 'href="splash_attention.html#target-tpu-v5e">TPU v5 lite</a>' in index
+    assert '<tr id="case-splash_attention">' in index and '<tr id="case-moe_nvfp4">' in index
+    assert "faster</span>" in index and "verified " in index
 
 
 def _tree(root: Path) -> dict[str, bytes]:
