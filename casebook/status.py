@@ -27,8 +27,12 @@ def _phrase(text: str, tone: str) -> dict[str, str]:
 
 
 def _verification(ev: Evidence) -> list[dict[str, str]]:
-    not_run = [_phrase(f"{variant} not run here: {why}", "warn")
-               for variant, why in ev.not_run.items()]
+    # One phrase per reason, naming every variant it holds back (said once, not per variant).
+    held: dict[str, list[str]] = {}
+    for variant, why in ev.not_run.items():
+        held.setdefault(why, []).append(variant)
+    not_run = [_phrase(f"{', '.join(variants)} not run here: {why}", "warn")
+               for why, variants in held.items()]
     if not ev.ran:
         return not_run or [_phrase("not verified", "warn")]
     if not ev.verified:

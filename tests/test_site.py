@@ -87,6 +87,14 @@ def test_interpret_mode_status_claims_no_speed():
                      "timed in interpret mode on the host CPU only", "not measured on GPU"]
 
 
+def test_variants_held_back_for_one_reason_are_named_in_one_phrase():
+    ev = evidence(interpret=True, gpus=[], kernel_s=1e-3, baseline_s=2e-3)
+    for variant, why in (("a", "needs a B200"), ("b", "needs a B200"), ("c", "needs a TPU")):
+        ev.verify[variant, "p"] = {"ran": False, "not_run_reason": why}
+    held = [t for t in texts(ev) if "not run here" in t]
+    assert held == ["a, b not run here: needs a B200", "c not run here: needs a TPU"]
+
+
 def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
     monkeypatch.chdir(tmp_path)
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=1.4e-3)
