@@ -87,8 +87,9 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     page = project / "site/public/splash_attention.html"
     assert index.exists() and page.exists()
     assert "verified (interpreted kernel) in interpret mode on the host CPU" in \
-        index.read_text()
-    assert "not measured on GPU" in index.read_text()
+        page.read_text()
+    assert 'title="not measured on GPU">no GPU time</span>' in index.read_text()
+    assert re.search(r'badge tone-ok"[^>]*>verified \d+/\d+<', index.read_text())
     # The check's power, from the point's check_power record: upstream's f16 tolerance
     # lets a 1% bias of out through, and the page and the index say so.
     power = json.loads((project / "results/cpu/splash_attention/check_power/"
@@ -98,7 +99,8 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert rows["next_key_seen"]["caught"]
     assert f"out:{'bias_1pct'}" in power["missed"]
     assert "check WEAK at 2 of 2 verified points: lets out:bias_1pct pass" in \
-        html.unescape(index.read_text())
+        html.unescape(page.read_text())
+    assert 'title="lets out:bias_1pct pass">WEAK 2/2<' in html.unescape(index.read_text())
     assert ("check power WEAK: 3/4 mutants caught (as a check of poisoned outputs), lets "
             "out:bias_1pct pass") in html.unescape(page.read_text())
     figures = figures_of(page)
@@ -564,7 +566,9 @@ def test_a_failed_verification_is_shown_never_timed(tmp_path_factory):
     page = (project / "site/public/splash_attention.html").read_text()
     assert '<div class="failure" role="alert">' in page and "withheld" in page
     assert re.search(r'<td class="[^"]*\bfail\b[^"]*" >FAILED</td>', page)
-    assert "verification FAILED" in (project / "site/public/index.html").read_text()
+    assert "verification FAILED" in page
+    assert re.search(r'badge tone-bad"[^>]*>FAILED \d+<',
+                     (project / "site/public/index.html").read_text())
 
 
 def as_other_target(project: Path, target: str, gpu: str) -> None:
