@@ -112,7 +112,7 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
             assert (page.parent / src).stat().st_size > 0
     assert "CPU interpret-mode time, not GPU time" in page.read_text()
     assert "Randomized check" in page.read_text()  # the fuzz record the case cites
-    assert "lowered for cuda sm_90a" in index.read_text()
+    assert "lowered for cuda sm_90a" in page.read_text()
     assert "not GPU time" in (project / "results/figures/splash_attention/cpu/timing.svg"
                               ).read_text()
     # Where the time goes: mgpu beside each ablation, lowered and timed, never verified.
