@@ -23,6 +23,11 @@ def subject(execution: dict[str, Any], gpus: list[Any]) -> str:
     return "GPU kernel" if gpus else "XLA on the host CPU"
 
 
+# The start of a record's ``not_timed_reason`` where the work ran out of the device's
+# memory (written by ``timing``, drawn by ``figures``).
+DOES_NOT_FIT = "does not fit in the device's memory"
+
+
 def honest_clock(record: dict[str, Any]) -> dict[str, Any]:
     """A time or baseline record as shown: one whose work ran on the host
     (``times_on_host``) but was timed by a device clock counted only the device

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 from matplotlib import ticker
 
 from casebook import cases, conditions, config, files, paths, records
-from casebook.evidence import Evidence, gather, launch_name, lowered_launches
+from casebook.evidence import DOES_NOT_FIT, Evidence, gather, launch_name, lowered_launches
 
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
 
@@ -183,8 +183,8 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
     untimed: dict[tuple[frozenset[str], int], list[str]] = {}
     for (label, point), record in (*ev.time.items(), *(
             ((f"baseline: {n}", p), r) for (n, p), r in ev.baselines.items())):
-        if point in points and not record["timed"] and "does not fit" in record.get(
-                "not_timed_reason", ""):
+        if point in points and not record["timed"] and record.get(
+                "not_timed_reason", "").startswith(DOES_NOT_FIT):
             untimed.setdefault((home.get(label, first), points.index(point)), []).append(
                 f"{label.removeprefix('baseline: ')}: does not fit in memory")
     unit, scale = time_unit([m["median_s"] for series in groups.values()

@@ -248,11 +248,13 @@ def run(window: dict[str, Any], target: str, out: Path,
     files.atomic_write_text(overlay, yaml.safe_dump(window["config"]))
     steps = []
     argvs = commands(window, target, str(overlay))
+    # A continuing window's step logs are its own: _w2, _w3, ... (the earlier ones' keep theirs).
+    suffix = f"_w{len(earlier.get('continues', [])) + 2}" if earlier else ""
     for index, (step, step_commands) in enumerate(zip(window["steps"], argvs, strict=True)):
         left = deadline - time.monotonic()
         seconds = left if step["budget_s"] == "rest" else min(step["budget_s"], left)
-        log = Path(paths.log("gpu_window", f"{index:02d}_{step['name']}_{step.get('case', '')}"
-                             + (f"_w{len(earlier.get('continues', [])) + 2}" if earlier else "")))
+        log = Path(paths.log("gpu_window",
+                             f"{index:02d}_{step['name']}_{step.get('case', '')}{suffix}"))
         entry = {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
                  "what": step["what"], "log": str(log)}
         if seconds < 1 or (continuing and step["name"] == "records"):

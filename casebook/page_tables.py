@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from casebook import conditions, evidence, fmt, history, paths
+from casebook import conditions, evidence, fmt, history, paths, status
 from casebook.evidence import Evidence
 from casebook.measure.clocks import times_on_host
 
@@ -125,7 +125,7 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
                 continue
             m, check = record["measurement"], ev.verify.get((variant, point), {})
             worst = check.get("worst_error_over_tolerance")
-            sol = (record.get("speed_of_light") or {}).get("fraction")
+            sol = status.sol_fraction(record)
             power = _power_text(ev, variant, point)
             rows.append({
                 "target": ev.target, "variant": variant, "point": point,
@@ -135,7 +135,7 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
                 "median": fmt.seconds(m["median_s"]),
                 "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])}",
                 "against baselines": "; ".join(verdicts.get((variant, point), [])) or None,
-                "of SOL": None if sol is None or not on_device else f"{sol:.1%}"})
+                "of SOL": None if sol is None else f"{sol:.1%}"})
             failed.append(not check.get("passed") or power.startswith("WEAK"))
     return _html(rows, failed, "summary-device" if on_device else "summary-host")
 

@@ -106,13 +106,18 @@ def parts(ev: Evidence) -> list[dict[str, str]]:
     return found
 
 
+def sol_fraction(record: dict) -> float | None:
+    """A time record's fraction of the speed of light, where it has one and was timed on
+    a device (an interpreter's or the host's time has none)."""
+    if not record["timed"] or times_on_host(record["execution"]):
+        return None
+    return (record.get("speed_of_light") or {}).get("fraction")
+
+
 def _sol_best(ev: Evidence) -> float | None:
     """The largest fraction of the speed of light a timed device record reached."""
-    found = [r["speed_of_light"]["fraction"] for r in ev.time.values()
-             if r["timed"] and isinstance(r.get("speed_of_light"), dict)
-             and r["speed_of_light"].get("fraction") is not None
-             and not times_on_host(r["execution"])]
-    return max(found, default=None)
+    return max((f for f in map(sol_fraction, ev.time.values()) if f is not None),
+               default=None)
 
 
 def badges(ev: Evidence) -> list[dict[str, str]]:

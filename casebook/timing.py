@@ -171,7 +171,7 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
         samples_file.write(samples_path, [])
         return records.write(out, "baseline", {
             **body, "seed": seed, "execution": runnable.execution, "timed": False,
-            "not_timed_reason": f"does not fit in the device's memory: {said}"})
+            "not_timed_reason": f"{evidence.DOES_NOT_FIT}: {said}"})
     check = verify.check_outputs(
         params, inputs, outputs, plugin.oracle(params, inputs),
         verify.tolerance_of(spec, params, path), getattr(plugin, "compare", None))
