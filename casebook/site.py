@@ -238,9 +238,10 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
     try:
         made = [_target_section(spec, t, measured, root) for t in targets]
         sections = [section for section, _ in made]
-        unrun = never_run([ev for _, ev in made])
-        glance = {"device": page_tables.summary([ev for _, ev in made], on_device=True),
-                  "host": page_tables.summary([ev for _, ev in made], on_device=False)}
+        evs = [ev for _, ev in made]
+        unrun = never_run(evs)
+        glance = {"device": page_tables.summary(evs, on_device=True),
+                  "host": page_tables.summary(evs, on_device=False)}
     except CasebookError as failure:
         shutil.rmtree(root, ignore_errors=True)  # figures and records copied so far
         error = str(failure)
