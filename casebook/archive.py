@@ -5,7 +5,9 @@ checked and imported here.
 into one .tar.xz under a size limit, leaving the raw sample tables out when they would
 not fit (and saying so). ``import_archive`` refuses an archive unless every member is a
 plain file under one ``results/<target>/`` of an accelerator target, every record passes its
-schema, and all records name one clean commit of this repository; it then replaces
+schema, and every record names a clean commit of this repository (one window's records
+name one; a window continuing an earlier commit's plan carries those of its records that
+are still current, ``casebook.carry``); it then replaces
 ``results/<target>/`` as a whole (staged beside it, then renamed), but for its store of
 results across commits (``history/``), which is kept and gains the archive's timed
 records: the store is kept here, never carried.
@@ -129,19 +131,19 @@ def _check_record(archive: Path, member: str, text: bytes, target: str) -> str:
     return data["commit"]
 
 
-def check(archive: Path, commit: str | None = None) -> tuple[str, str, list[tarfile.TarInfo]]:
-    """(target, commit, members) of a sound archive; raises naming the first fault. Its
-    records' commit must be a clean commit of this repository, or ``commit`` where given
-    (a host without git continuing its own plan)."""
+def check(archive: Path, on_host: bool = False) -> tuple[str, list[str], list[tarfile.TarInfo]]:
+    """(target, commits, members) of a sound archive; raises naming the first fault. Its
+    records' commits must be clean commits of this repository, unless ``on_host`` (a host
+    without git continuing a plan: ``casebook.carry`` then judges each record)."""
     try:
         with tarfile.open(archive) as tar:
-            return _check_open(archive, tar, commit)
+            return _check_open(archive, tar, on_host)
     except (OSError, tarfile.TarError) as error:
         raise CasebookError(archive, None, f"not a readable archive ({error})") from None
 
 
-def _check_open(archive: Path, tar: tarfile.TarFile, expected: str | None
-                ) -> tuple[str, str, list[tarfile.TarInfo]]:
+def _check_open(archive: Path, tar: tarfile.TarFile, on_host: bool
+                ) -> tuple[str, list[str], list[tarfile.TarInfo]]:
     members = tar.getmembers()
     targets = {_member_target(archive, m) for m in members} - {None}
     if len(targets) != 1:
@@ -160,31 +162,23 @@ def _check_open(archive: Path, tar: tarfile.TarFile, expected: str | None
     for required in (paths.env_record(target), paths.host_record(target)):
         if required not in {m.name for m in members}:
             raise CasebookError(archive, required, "missing: every import carries env and host")
-    if len(commits) != 1:
-        first, second = list(commits.items())[:2]
-        raise CasebookError(archive, second[1], f"names commit {second[0]!r}; "
-                            f"{first[1]} names {first[0]!r}")
-    (commit,) = commits
-    if expected is not None and commit != expected:
-        raise CasebookError(archive, commits[commit], f"names commit {commit!r}; this tree "
-                            f"is {expected!r}: a plan continues at the commit it started at")
-    if expected is None and not provenance.known_commit(commit):
-        raise CasebookError(archive, commits[commit], f"commit {commit!r} is not a clean commit "
-                            "of this repository: records must come from committed code")
-    return target, commit, members
+    for commit, member in commits.items():
+        if not (on_host or provenance.known_commit(commit)):
+            raise CasebookError(archive, member, f"commit {commit!r} is not a clean commit "
+                                "of this repository: records must come from committed code")
+    return target, sorted(commits), members
 
 
-def import_archive(*archives: Path, root: Path = Path(), commit: str | None = None
+def import_archive(*archives: Path, root: Path = Path(), on_host: bool = False
                    ) -> dict[str, Any]:
-    """Check ``archives`` (of one target: the windows of one plan, each from a clean
-    commit, or all of ``commit``: ``check``) and make them ``root/results/<target>/``,
-    replacing what was there but the
-    store of results across commits, which gains their timed records. A file in several
-    archives is the last one's: a later window's env, host, noise-floor and window
-    records describe the folder; each time record carries the floor it applied."""
+    """Check ``archives`` (of one target: the windows of one plan, ``check``; ``on_host``:
+    their commits not looked up) and make them ``root/results/<target>/``, replacing what
+    was there but the store of results across commits, which gains their timed records.
+    A file in several archives is the last one's: a later window's env, host, noise-floor
+    and window records describe the folder; each time record carries the floor it applied."""
     if not archives:
         raise CasebookError("archive", None, "name at least one archive")
-    checked = [(archive, *check(archive, commit)) for archive in archives]
+    checked = [(archive, *check(archive, on_host)) for archive in archives]
     targets = {target for _, target, _, _ in checked}
     if len(targets) != 1:
         raise CasebookError(archives[-1], None, f"archives of targets {sorted(targets)}: "
@@ -212,8 +206,8 @@ def import_archive(*archives: Path, root: Path = Path(), commit: str | None = No
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     files = len({m.name for _, _, _, members in checked for m in members if m.isfile()})
-    commits = sorted({commit for _, _, commit, _ in checked})
-    return {"target": target, "commit": checked[-1][2], "commits": commits, "files": files}
+    commits = sorted({commit for _, _, named, _ in checked for commit in named})
+    return {"target": target, "commits": commits, "files": files}
 
 
 def main(argv: list[str] | None = None) -> int:

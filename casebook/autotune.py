@@ -20,6 +20,7 @@ runnable that would execute in an interpreter.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,7 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
                measurement: dict[str, Any], seed: int, samples_path: str) -> dict[str, Any]:
     tuned = {**params, key: found["tiles"]}
     entry: dict[str, Any] = {**found, "seed": seed}
+    began = time.monotonic()
     contract.reset(plugin)
     try:
         runnable = plugin.kernel(variant, tuned, "time", build_dir=paths.build_dir(spec["name"]))
@@ -104,9 +106,11 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
         raise CasebookError(samples_path, "execution", f"the {variant} kernel would run in "
                             f"an interpreter on target {target}; its times would say "
                             f"nothing about the accelerator's speed")
+    built = time.monotonic()
     entry.update(execution=runnable.execution,
                  verify=_check_once(plugin, runnable, tuned, spec, case_path,
                                     np.random.default_rng(seed)))
+    checked = time.monotonic()
     if not entry["verify"]["passed"]:
         return {**entry, "timed": False, "not_timed_reason": "failed verification"}
     # No floor: candidates measured back to back in one job are compared with each other,
@@ -115,6 +119,9 @@ def _candidate(plugin: Any, variant: str, params: dict[str, Any], key: str,
                               measurement, spec["measurement"]["cache"], seed, samples_path,
                               floor=None, check=verify.oracle_check(
                                   plugin, tuned, spec, case_path, runnable))
+    print(f"autotune: {_label(found['tiles'])}: built in {built - began:.1f} s, checked in "
+          f"{checked - built:.1f} s, measured with its guards in "
+          f"{time.monotonic() - checked:.1f} s", flush=True)
     return {**entry, **measured}
 
 

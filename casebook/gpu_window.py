@@ -19,9 +19,10 @@ a session may have left after a full window; configs/tpu-window.yaml is the TPU 
 (benchmarks/tpu_host.sh).
 
 ``--continue A.tar.xz [B.tar.xz ...]``: the plan was too long for one device command; this
-window takes the earlier windows' archives (made at this same commit, carried with the
-tree), puts their records in place, skips the records step, lets Snakemake skip every job
-whose record is there, and packs them with its own (its logs alone). Its archive then
+window takes the earlier windows' archives (carried with the tree), puts their records in
+place (those of another commit only where still current here: ``casebook.carry``), skips
+the records step, lets Snakemake skip every job whose record is there, and packs them
+with its own (its logs alone). Its archive then
 holds the whole plan so far; importing it (with the earlier ones) gives the same folder.
 """
 
@@ -43,6 +44,7 @@ import yaml
 
 from casebook import (
     archive,
+    carry,
     chip_holder,
     config,
     files,
@@ -63,9 +65,6 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
     """The validated window plan; its budgets must fit the window."""
     window = config.read_yaml(path)
     config.validate(path, window, WINDOW_SCHEMA)
-    for i, step in enumerate(window["steps"][:-1]):
-        if step["budget_s"] == "rest":
-            raise CasebookError(path, f"steps.{i}.budget_s", "only the last step takes the rest")
     spent = sum(s["budget_s"] for s in window["steps"] if s["budget_s"] != "rest") \
         + window["pack_s"]
     if spent > window["total_s"]:
@@ -132,12 +131,14 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
             out.append([_snakemake(target, overlay,
                                    *paths.case_records(_case_spec(step["case"], target),
                                                        target))])
-        else:  # autotune: the named points' tile choices first, one point at a time
+        else:  # autotune: the named points' tile choices first, one at a time, in order
             spec = _case_spec(step["case"], target) if "case" in step else None
-            out.append([*(_snakemake(target, overlay, *(
-                paths.tile_choice_record(target, step["case"], v, p)
-                for v in tile_table.tuned_variants(spec, target)))
-                for p in step.get("points", [])), _snakemake(target, overlay, "autotune")])
+            choices = [paths.tile_choice_record(target, step["case"], v, p)
+                       for p in step.get("points", [])
+                       for v in tile_table.tuned_variants(spec, target)]
+            # a choice a continued window carried costs no Snakemake call
+            out.append([*(_snakemake(target, overlay, c) for c in choices
+                          if not Path(c).is_file()), _snakemake(target, overlay, "autotune")])
     return out
 
 
@@ -162,6 +163,12 @@ def describe(window: dict[str, Any], target: str) -> str:
     lines.append(f"  {start:5.0f} s +{window['pack_s']:4.0f} s  pack: results/{target}/ "
                  f"and logs/ into one .tar.xz")
     return "\n".join(lines)
+
+
+def _reserved(steps: list[dict[str, Any]]) -> float:
+    """The seconds ``steps`` hold back from a step taking the rest before them: their own
+    budgets (a later step taking the rest gets what that one leaves)."""
+    return sum(s["budget_s"] for s in steps if s["budget_s"] != "rest")
 
 
 def _run(argv: list[str], seconds: float, log: Path) -> tuple[str, int | None]:
@@ -209,36 +216,40 @@ def _run_all(argvs: list[list[str]], deadline: float, log: Path) -> tuple[str, i
 CARRIED = "skipped: records carried from an earlier window"
 
 
-def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any]]:
-    """Put the earlier windows' records in place for a continuing window (``archives``,
-    of this commit), each dated just before now (an archive's dates are older than the
-    tree's, and Snakemake would redo a record older than its sources); the time from
-    which this window's own logs count, and the earlier window's record."""
+def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any], list[str]]:
+    """Put the earlier windows' records in place for a continuing window (``archives``),
+    those of another commit only where still current at this tree (``carry``; the rest
+    removed, Snakemake redoes them), each dated just before now (an archive's dates are
+    older than the tree's, and Snakemake would redo a record older than its sources); the
+    time from which this window's own logs count, the earlier window's record, and the
+    records not carried."""
     if not archives:
         raise CasebookError("--continue", None, "name the earlier windows' archives")
-    archive.import_archive(*archives, commit=provenance.commit())
+    archive.import_archive(*archives, on_host=True)
     if not Path(paths.gpu_window_record(target)).is_file():
         raise CasebookError(paths.gpu_window_record(target), None, "missing: the archives "
                             "are not a window's")
     earlier = records.read(paths.gpu_window_record(target), "gpu_window")
+    dropped = carry.not_current(target, provenance.commit())
+    for path in dropped:
+        path.unlink()
     carried = time.time() - 2
     for path in Path(paths.target_dir(target)).rglob("*"):
         if path.is_file():
             os.utime(path, (carried, carried))
-    return carried + 1, earlier
+    return carried + 1, earlier, [str(p) for p in dropped if p.suffix == ".json"]
 
 
 def run(window: dict[str, Any], target: str, out: Path,
         continues: list[Path] | None = None) -> dict[str, Any]:
     """Run every step within its budget, write the window record, pack the archive.
 
-    A first window starts from no records of ``target``: results/<target>/ carried with
-    the tree holds an earlier plan's, of another commit, and an archive naming two commits
-    is refused on import (which replaces the folder as a whole). A window that
-    ``continues`` earlier windows starts from their archives (``_carry``).
+    A first window starts from no records of ``target`` (results/<target>/ carried with
+    the tree holds an earlier plan's, committed). A window that ``continues`` earlier
+    windows starts from their archives' records that are current here (``_carry``).
     """
     continuing = continues is not None
-    since, earlier = _carry(target, continues) if continuing else (None, None)
+    since, earlier, dropped = _carry(target, continues) if continuing else (None, None, [])
     if not continuing:
         shutil.rmtree(paths.target_dir(target), ignore_errors=True)
     shutil.rmtree(chip_holder.LOG_DIR, ignore_errors=True)
@@ -252,7 +263,8 @@ def run(window: dict[str, Any], target: str, out: Path,
     suffix = f"_w{len(earlier.get('continues', [])) + 2}" if earlier else ""
     for index, (step, step_commands) in enumerate(zip(window["steps"], argvs, strict=True)):
         left = deadline - time.monotonic()
-        seconds = left if step["budget_s"] == "rest" else min(step["budget_s"], left)
+        seconds = (left - _reserved(window["steps"][index + 1:]) if step["budget_s"] == "rest"
+                   else min(step["budget_s"], left))
         log = Path(paths.log("gpu_window",
                              f"{index:02d}_{step['name']}_{step.get('case', '')}{suffix}"))
         entry = {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
@@ -279,6 +291,8 @@ def run(window: dict[str, Any], target: str, out: Path,
     if earlier is not None:
         body["continues"] = [*earlier.get("continues", []),
                              {key: earlier[key] for key in ("commit", "created_at", "seconds")}]
+        if dropped:
+            body["not_carried"] = dropped
     records.write(paths.gpu_window_record(target), "gpu_window", body)
     packed = archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
     return {**body, "archive": packed}
@@ -311,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the window's plan (default configs/gpu-window.yaml)")
     parser.add_argument("--continue", dest="continues", nargs="+", type=Path,
                         metavar="ARCHIVE", help="continue the plan of these earlier windows "
-                        "(their archives, made at this commit)")
+                        "(their archives: records of another commit kept where current here)")
     args = parser.parse_args(argv)
     try:
         window = load(args.plan)

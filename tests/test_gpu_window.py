@@ -21,7 +21,9 @@ import yaml
 
 from casebook import (
     archive,
+    carry,
     chip_holder,
+    config,
     envcapture,
     gpu_window,
     hostcapture,
@@ -83,13 +85,22 @@ def test_budgets_over_the_window_are_refused(tmp_path):
         gpu_window.load(path)
 
 
-def test_only_the_last_step_takes_the_rest(tmp_path):
-    window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
-    window["steps"][0]["budget_s"] = "rest"
-    path = tmp_path / "gpu-window.yaml"
-    path.write_text(yaml.safe_dump(window))
-    with pytest.raises(CasebookError, match=r"steps\.0\.budget_s: only the last step takes"):
-        gpu_window.load(path)
+def test_a_step_taking_the_rest_leaves_the_later_steps_their_budgets(tmp_path, monkeypatch):
+    """``rest``: the time left when the step starts, less the budgets of the numbered
+    steps after it; a later ``rest`` step gets what is left after that."""
+    monkeypatch.chdir(tmp_path)
+    window = copy.deepcopy(gpu_window.load())
+    window.update(total_s=9, pack_s=1, steps=[
+        {"name": "autotune", "budget_s": "rest", "what": "hangs"},
+        {"name": "records", "budget_s": 3, "what": "quick"},
+        {"name": "measure", "case": "splash_attention", "budget_s": "rest", "what": "quick"}])
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    quick = [sys.executable, "-c", "print('ok')"]
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [[sleep], [quick], [quick]])
+    write_target_records(tmp_path, "h200")
+    done = gpu_window.run(window, "h200", tmp_path / "out")
+    assert [s["status"] for s in done["steps"]] == ["stopped at its budget", "done", "done"]
+    assert 4 <= done["steps"][0]["seconds"] <= 5.5  # 8 s of steps, 3 held back
 
 
 def test_a_cpu_host_is_refused_a_gpu_target(capsys):
@@ -190,24 +201,91 @@ def test_a_continuing_window_starts_from_the_earlier_windows_archive(tmp_path, m
     record = records.read(paths.gpu_window_record("h200"), "gpu_window")
     assert [c["seconds"] for c in record["continues"]] == [first["seconds"]]
 
-    other = make_archive(tmp_path / "other", commit="1" * 40)
-    with pytest.raises(CasebookError, match="a plan continues at the commit it started at"):
-        gpu_window.run(window, "h200", tmp_path / "third", [other])
+    # Another commit's window: its host records are kept, its job records where current.
+    other = tmp_path / "other.tar.xz"
+    shutil.copy(earlier, other)
+    stale_record = "results/h200/splash_attention/verify/mgpu/p.json"
+
+    def of_another_commit(members):
+        for name in [m for m in members if m.endswith(".json") and "/logs/" not in m]:
+            members[name] = json.dumps({**json.loads(members[name]), "commit": "1" * 40}
+                                       ).encode()
+        members[stale_record] = json.dumps(job_record("verify", "1" * 40, "0" * 64)).encode()
+
+    rewrite(other, of_another_commit)
+    done = gpu_window.run(window, "h200", tmp_path / "third", [other])
+    assert records.read(paths.host_record("h200"), "host")["commit"] == "1" * 40
+    assert not Path(stale_record).exists()
+    assert records.read(paths.gpu_window_record("h200"), "gpu_window")["not_carried"] == [
+        stale_record]
 
 
-def test_an_autotune_step_tunes_its_points_first_in_order_then_the_table():
-    """On the TPU the tile choices at the publishable points come first, one point at a
-    time (a cut loses the point in hand, not the plan's order); then `autotune` makes
-    the rest and the table."""
+def job_record(kind: str, commit: str, sources_sha256: str | None = None) -> dict:
+    """A committed h200 record of ``kind`` of splash attention, made at ``commit`` from
+    ``sources_sha256`` (None: the hash this tree gives its job)."""
+    record = json.loads((paths.SOURCE_ROOT / f"{TIMED.replace('/time/', f'/{kind}/')}.json"
+                         ).read_text())
+    spec = paths.for_target(config.load_case(paths.SOURCE_ROOT / config.SHIPPED_CASES,
+                                             "splash_attention"), "h200")
+    want = carry.recomputed(record, spec)
+    return {**record, "commit": commit, "sources_sha256": sources_sha256 or want}
+
+
+def test_a_record_of_another_commit_is_carried_only_where_current_here(tmp_path,
+                                                                      monkeypatch):
+    """Kept: this commit's records, the host's, another commit's whose sources hash is the
+    one recomputed here, and its unhashed records of a case whose hashed ones all are.
+    Removed with their samples: the rest."""
+    monkeypatch.chdir(tmp_path)
+    old, older = "1" * 40, "3" * 40
+    write_target_records(tmp_path, "h200", commit=old)
+    folder = Path(paths.target_dir("h200")) / "splash_attention"
+    made = {
+        "time/mgpu/current.json": job_record("time", old),
+        "verify/mgpu/current.json": job_record("verify", old),
+        "baseline/b/current.json": {"kind": "baseline", "commit": old,
+                                    "case": "splash_attention"},
+        "time/mgpu/stale.json": job_record("time", older, "0" * 64),
+        "baseline/b/stale.json": {"kind": "baseline", "commit": older,
+                                  "case": "splash_attention"},
+        "time/mgpu/here.json": job_record("time", HEAD, "0" * 64),
+    }
+    for name, record in made.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(record))
+    (folder / "time/mgpu/stale.samples.csv").write_text("sample\n")
+    dropped = carry.not_current("h200", HEAD)
+    assert sorted(str(p.relative_to(folder)) for p in dropped) == [
+        "baseline/b/stale.json", "time/mgpu/stale.json", "time/mgpu/stale.samples.csv"]
+    bad = job_record("verify", old, "0" * 64)
+    (folder / "verify/mgpu/current.json").write_text(json.dumps(bad))
+    assert "baseline/b/current.json" in {  # a hashed record of its commit and case is stale
+        str(p.relative_to(folder)) for p in carry.not_current("h200", HEAD)}
+
+
+def test_an_autotune_step_tunes_its_points_first_in_order_then_the_table(tmp_path,
+                                                                         monkeypatch):
+    """On the TPU the tile choices at the publishable points come first, one at a time,
+    forward before backward (a cut loses the choice in hand, not the plan's order); then
+    `autotune` makes the rest and the table. A choice a continued window carried is not
+    asked for again."""
+    monkeypatch.chdir(tmp_path)
     window = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window.yaml"))
     (step,) = [s for s in window["steps"] if s["name"] == "autotune"]
     index = window["steps"].index(step)
-    argvs = gpu_window.commands(window, "tpu-v5e", "o.yaml")[index]
-    asked = [argv[argv.index("--") + 1:] for argv in argvs]
-    assert asked[-1] == ["autotune"] and len(asked) == len(step["points"]) + 1
-    for point, targets in zip(step["points"], asked, strict=False):
-        assert targets == [paths.tile_choice_record("tpu-v5e", "splash_attention", v, point)
-                           for v in ("upstream", "upstream_bwd")]
+
+    def asked() -> list[list[str]]:
+        argvs = gpu_window.commands(window, "tpu-v5e", "o.yaml")[index]
+        return [argv[argv.index("--") + 1:] for argv in argvs]
+
+    choices = [[paths.tile_choice_record("tpu-v5e", "splash_attention", v, p)]
+               for p in step["points"] for v in ("upstream", "upstream_bwd")]
+    assert asked() == [*choices, ["autotune"]]
+    for (name,) in choices[:3]:
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).write_text("{}")
+    assert asked() == [*choices[3:], ["autotune"]]
+    monkeypatch.chdir(paths.SOURCE_ROOT)
     window["steps"][index] = {k: v for k, v in step.items() if k != "case"}
     with pytest.raises(CasebookError, match="only a measure or autotune step names points"):
         bad = Path(tempfile.mkdtemp()) / "plan.yaml"
@@ -325,7 +403,7 @@ def test_an_archive_imports_into_results_replacing_the_target(tmp_path):
     stale.parent.mkdir(parents=True)
     stale.write_text("{}")
     done = archive.import_archive(make_archive(tmp_path), root=root)
-    assert done == {"target": "h200", "commit": HEAD, "commits": [HEAD], "files": 3}
+    assert done == {"target": "h200", "commits": [HEAD], "files": 3}
     assert not stale.exists()
     records.read(root / paths.host_record("h200"), "host")
     assert [p.name for p in (root / "results").iterdir()] == ["h200"]  # no staging left
@@ -439,16 +517,27 @@ def test_records_of_an_unknown_or_dirty_commit_are_refused(tmp_path, commit, mes
         archive.import_archive(make_archive(tmp_path, commit=commit), root=tmp_path / "repo")
 
 
-def test_records_naming_two_commits_are_refused(tmp_path):
+def test_records_may_name_several_clean_commits_but_never_an_unknown_one(tmp_path,
+                                                                        monkeypatch):
+    """A window continuing an earlier commit's plan packs the records it kept from it:
+    each commit is checked, none may be unknown."""
+    earlier = "2" * 40
+    monkeypatch.setattr(provenance, "known_commit", lambda sha: sha in (HEAD, earlier))
+
+    def env_of(commit):
+        def edit(members):
+            env = json.loads(members["results/h200/env.json"])
+            members["results/h200/env.json"] = json.dumps({**env, "commit": commit}).encode()
+        return edit
+
     name = make_archive(tmp_path)
-
-    def other_commit(members):
-        env = json.loads(members["results/h200/env.json"])
-        members["results/h200/env.json"] = json.dumps({**env, "commit": "1" * 40}).encode()
-
-    rewrite(name, other_commit)
-    with pytest.raises(CasebookError, match="names commit"):
-        archive.import_archive(name, root=tmp_path / "repo")
+    rewrite(name, env_of(earlier))
+    assert archive.import_archive(name, root=tmp_path / "repo")["commits"] == sorted(
+        [HEAD, earlier])
+    rewrite(name, env_of("1" * 40))
+    with pytest.raises(CasebookError, match=r"env\.json: commit '1{40}' is not a clean"):
+        archive.import_archive(name, root=tmp_path / "repo2")
+    assert not (tmp_path / "repo2" / "results" / "h200").exists()
 
 
 @pytest.mark.parametrize("member, message", [

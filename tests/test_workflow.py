@@ -621,7 +621,7 @@ def test_an_imported_partial_gpu_window_is_rendered_beside_cpu(project, tmp_path
     monkeypatch.chdir(made)
     packed = archive.pack("h200", tmp_path / "out", 16 * 2**20)
     done = archive.import_archive(Path(packed["file"]), root=project)
-    assert done["target"] == "h200" and done["commit"] == head
+    assert done["target"] == "h200" and done["commits"] == [head]
     assert not (project / "results/h200/moe_nvfp4/time").exists()
     run = snakemake(project)
     assert run.returncode == 0, run.stderr[-3000:]
