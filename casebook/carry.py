@@ -27,7 +27,7 @@ UNHASHED_CASE_KINDS = ("baseline", "compare")
 def recomputed(record: dict[str, Any], spec: dict[str, Any]) -> str | None:
     """The ``sources_sha256`` this tree gives ``record``'s job (None: a kind carrying none)."""
     kind = record["kind"]
-    if kind in ("verify", "time", "tile_choice", "lowering"):
+    if kind in ("verify", "time", "tile_choice", "tile_candidate", "lowering"):
         return provenance.job_sha256(spec, record["variant"], record["point"])
     if kind == "build":
         return provenance.job_sha256(spec, record["variant"])

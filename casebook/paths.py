@@ -20,6 +20,7 @@ one results folder per machine::
                                                                baselines, interleaved
     results/<target>/<case>/tiles/<variant>/<point>.json       autotune: one point's pick
     results/<target>/<case>/tiles/<variant>/<point>.samples/   ... each candidate's samples
+    results/<target>/<case>/tiles/<variant>/<point>.candidates/  ... until the pick is made
     results/<target>/<case>/tiles.yaml                         the target's tile table
     results/figures/<case>/<target>/<figure>.svg (+ .json)     figures and their sidecars
     results/figures/<case>/<target>/figures.json               what was drawn, or withheld
@@ -254,6 +255,12 @@ def tile_choice_record(target: str, case: str, variant: str, point: str) -> str:
 def tile_samples_dir(record: str) -> str:
     """The candidates' raw-sample tables of a tile_choice record, one file each."""
     return record.removesuffix(".json") + ".samples"
+
+
+def tile_candidates_dir(record: str) -> str:
+    """Each candidate's outcome while a tile choice is made (tile_candidate records and
+    their samples): not an output of the job, so a job cut short resumes from them."""
+    return record.removesuffix(".json") + ".candidates"
 
 
 def tile_table(target: str, case: str) -> str:

@@ -192,6 +192,59 @@ def test_every_candidate_failing_verification_gives_no_pick_and_no_table_row(
     assert tile_table.read("tiles.yaml") == made
 
 
+class Cut(BaseException):
+    """The window's end, arriving while a candidate is measured."""
+
+
+def test_a_choice_cut_short_resumes_from_the_candidates_it_finished(tmp_path):
+    """Each candidate is kept as a tile_candidate record when made; the next job measures
+    only the rest, lists the resumed ones, widens every interval to the floor for the
+    pick, and leaves no candidate folder. A kept candidate of other settings is redone."""
+    out = str(tmp_path / "tiles/v/p.json")
+    calls = []
+
+    def plugin(cut_at: int | None):
+        made = fake_plugin(wrong=set())
+        kernel = made.kernel
+
+        def counted(variant, params, purpose, build_dir=None):
+            calls.append(params["tiles"]["w"])
+            if params["tiles"]["w"] == cut_at:
+                raise Cut
+            return kernel(variant, params, purpose)
+
+        made.kernel = counted
+        return made
+
+    with pytest.raises(Cut):
+        autotune.choose(plugin(cut_at=2), FAKE_SPEC, CASE_PATH, "v", "p", "h200",
+                        MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"))
+    kept = tmp_path / "tiles/v/p.candidates"
+    assert sorted(p.name for p in kept.iterdir()) == ["w1.json", "w1.samples.csv"]
+    assert records.read(kept / "w1.json", "tile_candidate")["candidate"]["timed"]
+    calls.clear()
+    floor = 0.5  # wide enough to tie the two: the tie goes to w1
+    record = autotune.choose(plugin(cut_at=None), FAKE_SPEC, CASE_PATH, "v", "p", "h200",
+                             MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"), floor)
+    assert calls == [2]
+    assert [r["tiles"] for r in record["resumed"]] == [{"w": 1}]
+    assert record["floor_applied"] == floor and record["pick"] == {"tiles": {"w": 1}}
+    assert not kept.exists()
+    for entry in record["candidates"]:  # the samples moved beside the record
+        assert Path(entry["measurement"]["samples_file"]).parent == tmp_path / "s"
+        assert Path(entry["measurement"]["samples_file"]).is_file()
+    records.read(out, "tile_choice")
+
+    with pytest.raises(Cut):
+        autotune.choose(plugin(cut_at=2), FAKE_SPEC, CASE_PATH, "v", "p", "h200",
+                        MEASUREMENT, FAKE_FOUND, out, str(tmp_path / "s"))
+    calls.clear()
+    other = {**MEASUREMENT, "warmup_calls": MEASUREMENT["warmup_calls"] + 1}
+    record = autotune.choose(plugin(cut_at=None), FAKE_SPEC, CASE_PATH, "v", "p", "h200",
+                             other, FAKE_FOUND, out, str(tmp_path / "s"), floor)
+    assert calls == [1, 2] and "resumed" not in record
+
+
 def test_a_gpu_target_refuses_a_runnable_that_would_run_in_an_interpreter(tmp_path):
     plugin = fake_plugin(wrong=set())
     interpreted = plugin.kernel
@@ -210,7 +263,8 @@ def test_run_refuses_target_cpu(tmp_path):
     with pytest.raises(CasebookError, match="target: autotune measures tile candidates on an "
                                             "accelerator"):
         autotune.run("configs/cases", "splash_attention", "mgpu", "mha_causal_f16", "cpu",
-                     MEASUREMENT, str(tmp_path / "p.json"), str(tmp_path / "s"))
+                     MEASUREMENT, str(tmp_path / "p.json"), str(tmp_path / "s"),
+                     str(tmp_path / "noise_floor.json"))
 
 
 @pytest.mark.interpret

@@ -64,6 +64,13 @@ def test_a_gpu_tests_step_runs_its_tests_and_the_plan_lists_them(tmp_path):
     assert "runs: -m pytest tests/test_grouped_gemm_gpu.py" in gpu_window.describe(window, "h200")
 
 
+def test_the_short_tpu_plan_is_the_tpu_plan_in_less_time():
+    full = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window.yaml"))
+    short = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window-short.yaml"))
+    assert short["total_s"] < full["total_s"]
+    assert {**short, "total_s": full["total_s"]} == full
+
+
 def test_the_short_plan_is_valid_shorter_and_named_by_plan():
     short = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("gpu-window-short.yaml"))
     assert short["total_s"] < gpu_window.load()["total_s"]

@@ -7,6 +7,7 @@
 rule tile_choice:
     input:
         case_inputs,
+        floor=paths.noise_floor_record("{target}"),
     output:
         record=paths.tile_choice_record("{target}", "{case}", "{variant}", "{point}"),
         samples=directory(

@@ -11,4 +11,4 @@ with reported(snakemake):
 
     autotune.run(snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,
                  snakemake.params.measurement, snakemake.output.record,
-                 snakemake.output.samples)
+                 snakemake.output.samples, snakemake.input.floor)
