@@ -16,7 +16,7 @@ outcome) and packs ``results/<target>/`` and the logs into one archive
 
 ``--plan`` names another plan: configs/gpu-window-short.yaml (300 s) fits the device time
 a session may have left after a full window; configs/tpu-window.yaml is the TPU host's
-(benchmarks/tpu_host.sh), configs/tpu-window-short.yaml its 400 s cut.
+(benchmarks/tpu_host.sh), configs/tpu-window-short.yaml its 440 s cut.
 
 ``--continue A.tar.xz [B.tar.xz ...]``: the plan was too long for one device command; this
 window takes the earlier windows' archives (carried with the tree), puts their records in
