@@ -34,14 +34,17 @@ def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str
         **measure(job.plugin, job.params, job.spec, job.path)})
 
 
-def _check(plugin, params, inputs, want, tolerance, output, value, poisoned=False):
+def _check(plugin, params, inputs, want, tolerance, output, value, correct,
+           poisoned=False):
+    """``output`` checked as ``value``, every other output as written correctly."""
     return verify.check_outputs(params, inputs, {output: value}, want, tolerance,
-                                getattr(plugin, "compare", None), poisoned)
+                                getattr(plugin, "compare", None), poisoned, correct)
 
 
-def _detects(plugin, params, inputs, want, tolerance, output, value, fraction) -> bool:
+def _detects(plugin, params, inputs, want, tolerance, output, value, correct,
+             fraction) -> bool:
     return not _check(plugin, params, inputs, want, tolerance, output,
-                      biased(value, fraction))["passed"]
+                      biased(value, fraction), correct)["passed"]
 
 
 def smallest_bias(detects) -> float | None:
@@ -58,10 +61,11 @@ def smallest_bias(detects) -> float | None:
     return 10**high
 
 
-def _both(plugin, params, inputs, want, tolerance, output, value) -> dict[str, Any]:
+def _both(plugin, params, inputs, want, tolerance, output, value, correct
+          ) -> dict[str, Any]:
     """One output checked as a kernel's, with and without poisoned outputs."""
     return {mode: _summary(_check(plugin, params, inputs, want, tolerance, output, value,
-                                  poisoned))
+                                  correct, poisoned))
             for mode, poisoned in POISON_MODES.items()}
 
 
@@ -84,16 +88,16 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
         correct = plugin.model_outputs(params, inputs, want)
         for output, value in correct.items():
             for mode, check in _both(plugin, params, inputs, want, tolerance, output,
-                                     value).items():
+                                     value, correct).items():
                 controls.setdefault(output, {m: [] for m in POISON_MODES})[mode].append(check)
             biases.setdefault(output, []).append(smallest_bias(functools.partial(
-                _detects, plugin, params, inputs, want, tolerance, output, value)))
+                _detects, plugin, params, inputs, want, tolerance, output, value, correct)))
         for m in mutants:
             got = m.make(params, inputs, want, correct[m.output])
             if got is not None:
                 row = found[m.output, m.name]
                 for mode, check in _both(plugin, params, inputs, want, tolerance,
-                                         m.output, got).items():
+                                         m.output, got, correct).items():
                     row[mode].append(check)
     rows = [_verdict(row) for row in found.values()]
     applicable = [r for r in rows if r["applicable"]]

@@ -83,12 +83,15 @@ def _compare_rows(out: np.ndarray, want: contract.SampledRows, atol: float,
 def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: Any,
                   want: Any, tolerance: Tolerance,
                   own_compare: Callable[..., dict[str, Any] | None] | None = None,
-                  poisoned: bool = False) -> dict[str, Any]:
+                  poisoned: bool = False, beside: Any = None) -> dict[str, Any]:
     """Every output the kernel returned against the oracle's output of that name, and the
     worst of them; an output the oracle lacks, or none at all, fails. ``poisoned``: the
     outputs were NaN before the kernel ran, so a case's compare may demand that what a
-    kernel must not write is still NaN."""
+    kernel must not write is still NaN. A case's compare also sees every output the kernel
+    wrote (its intermediates, for a check that follows the path): ``got``'s, and where
+    only some are checked, ``beside`` holds the rest."""
     got, want = named(got), named(want)
+    every = {**(named(beside) if beside is not None else {}), **got}
     outputs: dict[str, dict[str, Any]] = {}
     for name, value in got.items():
         if name not in want:
@@ -97,7 +100,7 @@ def check_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray], got: An
                              "max_abs_error": None, "worst_error_over_tolerance": None}
             continue
         tol = tolerance(name)
-        check = (own_compare(params, inputs, name, value, want[name], tol, poisoned)
+        check = (own_compare(params, inputs, name, value, want[name], tol, poisoned, every)
                  if own_compare else None)
         outputs[name] = check if check is not None else compare(
             value, want[name], tol["atol"], tol["rtol"])

@@ -73,9 +73,10 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
 
 def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
             got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any],
-            poisoned: bool = False) -> dict[str, Any]:
+            poisoned: bool = False, outputs: dict[str, np.ndarray] | None = None
+            ) -> dict[str, Any]:
     """The per-element fp32 bound (numerics.compare), with the example's rule beside it;
-    every element of D is written, so poison changes nothing."""
+    every element of D is written, so poison changes nothing (D is the only output)."""
     return numerics.compare(problems.from_params(params), inputs, got, want, tolerance)
 
 

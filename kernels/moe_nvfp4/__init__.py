@@ -44,10 +44,12 @@ def oracle(params: dict[str, Any], given: dict[str, np.ndarray]) -> dict[str, np
 
 def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
             got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any],
-            poisoned: bool = False) -> dict[str, Any]:
-    """``checks.compare``: codes tie-aware, values within their bound; where the outputs
-    were poisoned, rows past masked_m must still be NaN."""
-    return checks.compare(output, got, want, tolerance, poisoned)
+            poisoned: bool = False, outputs: dict[str, np.ndarray] | None = None
+            ) -> dict[str, Any]:
+    """``checks.compare``: codes tie-aware, values within their bound, a whole path's out
+    through the kernel's own a2 or h (``whole_path``); where the outputs were poisoned,
+    rows past masked_m must still be NaN."""
+    return checks.compare(output, got, want, tolerance, poisoned, inputs, outputs)
 
 
 def model_outputs(params: dict[str, Any], given: dict[str, np.ndarray],

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.moe_nvfp4 import numerics, oracle_planes
+from kernels.moe_nvfp4 import numerics, oracle_planes, whole_path
 
 
 def _ratio(error, allowed):
@@ -112,11 +112,29 @@ def written_past_masked_m(got: np.ndarray, want: np.ndarray) -> int:
     return int(np.count_nonzero(np.isnan(want[0]) & ~np.isnan(got)))
 
 
+# A whole path's out, and the intermediate of the same kernel it is checked through.
+THROUGH = {"out_fused": "a2", "out_unfused": "h"}
+
+
+def _whole_path(output: str, got: np.ndarray, inputs: dict[str, np.ndarray],
+                outputs: dict[str, np.ndarray], tolerance: dict[str, Any]) -> dict[str, Any]:
+    given = outputs.get(THROUGH[output])
+    if given is None:
+        return {"passed": False, "error": f"{output} is checked through the same kernel's "
+                f"{THROUGH[output]}, which it did not return", "nan_count": 0,
+                "max_abs_error": None, "worst_error_over_tolerance": None}
+    check = whole_path.fused if output == "out_fused" else whole_path.unfused
+    return check(got, np.asarray(given, np.float64), inputs, tolerance["atol"],
+                 tolerance["rtol"])
+
+
 def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any],
-            poisoned: bool = False) -> dict[str, Any]:
-    """The check of one named output (codes tie-aware, values against their bound); where
-    the outputs were poisoned, a value written on a row past masked_m fails. (Codes are
-    not held to it: the 128x4 scale layout writes whole 128-row atoms.)"""
+            poisoned: bool = False, inputs: dict[str, np.ndarray] | None = None,
+            outputs: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """The check of one named output (codes tie-aware, values against their bound, a
+    whole path's out through the kernel's own intermediate in ``outputs``: ``whole_path``);
+    where the outputs were poisoned, a value written on a row past masked_m fails. (Codes
+    are not held to it: the 128x4 scale layout writes whole 128-row atoms.)"""
     is_codes = output in CODE_OUTPUTS
     if (got.shape[1:] if is_codes else got.shape) != want.shape[1:]:
         return {"passed": False, "error": f"shape {got.shape} does not match the oracle's "
@@ -124,7 +142,8 @@ def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str,
                 "worst_error_over_tolerance": None}
     if is_codes:
         return codes(got, want, tolerance["rtol"])
-    found = bounded(got, want, tolerance["atol"], tolerance["rtol"])
+    found = (_whole_path(output, got, inputs or {}, outputs or {}, tolerance)
+             if output in THROUGH else bounded(got, want, tolerance["atol"], tolerance["rtol"]))
     written = written_past_masked_m(got, want) if poisoned else 0
     if not written:
         return found

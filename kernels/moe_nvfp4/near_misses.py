@@ -11,7 +11,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from kernels.moe_nvfp4 import checks, numerics, oracle_f64
+from kernels.moe_nvfp4 import checks, numerics, oracle_f64, whole_path
 from kernels.mutants import Mutant, bias
 
 K_TILE = 64  # K elements of the smallest GEMM K tile (32 packed bytes)
@@ -25,12 +25,12 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 def model_outputs(inputs: dict[str, np.ndarray], want: dict[str, np.ndarray]
                   ) -> dict[str, np.ndarray]:
-    """What correct kernels write: the model's codes and scales, its h and out in bf16."""
-    out = bf16(want["out"][0])
+    """What correct kernels write: the model's codes and scales, its h and out in bf16;
+    the unfused path's out from that h (bf16 h and act on the way: ``whole_path``)."""
+    out, h = bf16(want["out"][0]), bf16(want["h"][0])
     return {"a1": checks.kernel_planes(inputs["a1_packed"], inputs["a1_scales"]),
-            "h": bf16(want["h"][0]),
-            "a2": checks.kernel_planes(inputs["a2_packed"], inputs["a2_scales"]),
-            "out": out, "out_fused": out, "out_unfused": out}
+            "h": h, "a2": checks.kernel_planes(inputs["a2_packed"], inputs["a2_scales"]),
+            "out": out, "out_fused": out, "out_unfused": bf16(whole_path.unfused_out(h, inputs))}
 
 
 def _scale_shifted(params, inputs, want, correct):
