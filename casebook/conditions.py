@@ -96,27 +96,40 @@ def correctness(ev: Evidence) -> list[str]:
     if modes:
         lines.append("Checked in: " + "; ".join(sorted(modes)))
     lines += [randomized_line(r) for r in ev.randomized]
+    weak: dict[str, list[str]] = {}
+    per_point = []
     for (variant, point), record in ev.verify.items():
         if not record["ran"]:
-            lines.append(f"{variant} @ {point}: not run here: {record['not_run_reason']}")
+            per_point.append(f"{variant} @ {point}: not run here: {record['not_run_reason']}")
             continue
+        power = ev.power(variant, point)
+        if power is None or power["weak"]:
+            weak.setdefault(variant, []).append(point)
         worst = record["worst_error_over_tolerance"]
         verdict = "passed" if record["passed"] else "FAILED: " + "; ".join(record["failures"])
-        lines.append(
+        per_point.append(
             f"{variant} @ {point}: {verdict}; worst error "
             + (f"{worst:.3g}× tolerance" if worst is not None else "undefined")
             + f" (max |err| {record['max_abs_error']:.3g}), {record['trials']} random draws "
             f"per mode, seed {record['seed']}, "
             f"races found: {'yes' if record['races_found'] else 'no'}"
-            + _per_element(record) + "; " + power_text(ev.power(variant, point)))
-    return lines
+            + _per_element(record) + "; " + power_text(power, alarm=False))
+    ran = {v: sum(1 for (w, _), r in ev.verify.items() if w == v and r["ran"]) for v in weak}
+    # A weak check is said once per variant (the alarm, never folded), each point's line
+    # (folded) saying what it lets through.
+    lines += [f"{variant}: check power WEAK at {len(points)} of {ran[variant]} verified "
+              f"points ({', '.join(points)}); each point's line says what it lets through"
+              for variant, points in weak.items()]
+    return lines + per_point
 
 
-def power_text(power: dict[str, Any] | None) -> str:
+def power_text(power: dict[str, Any] | None, alarm: bool = True) -> str:
     """The check's power in words: mutants caught, the smallest bias detected, or WEAK
-    naming the mutants it lets through."""
+    naming the mutants it lets through (``alarm`` False: the weakness said, not shouted,
+    where a variant's own line raises the alarm)."""
+    weak = "WEAK" if alarm else "weak"
     if power is None:
-        return "check power: WEAK, not measured (no check_power record)"
+        return f"check power: {weak}, not measured (no check_power record)"
     bias = ", ".join(f"{o} {b:.2g}" if b is not None else f"{o} none up to 100%"
                      for o, b in power["bias"].items())
     caught = f"{power['caught']}/{power['applicable']} mutants caught" + (
@@ -124,7 +137,7 @@ def power_text(power: dict[str, Any] | None) -> str:
     if not power["weak"]:
         return f"check power: {caught}; smallest uniform bias detected, × the output's " \
                f"RMS: {bias}"
-    return f"check power WEAK: {caught}, {power['why']}; smallest bias detected: {bias}"
+    return f"check power {weak}: {caught}, {power['why']}; smallest bias detected: {bias}"
 
 
 def _per_element(record: dict[str, Any]) -> str:

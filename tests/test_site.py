@@ -194,6 +194,28 @@ def test_a_check_that_lets_a_mutant_through_is_weak_in_red():
     assert "check WEAK at 1 of 1 verified points: its power not measured" in texts(ev)
 
 
+def test_a_weak_check_is_one_alarm_per_variant_naming_its_points():
+    """The conditions panel shows an alarm line once per variant (never folded), each
+    point's own line (folded) saying what the check lets through."""
+    ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
+    ev.spec = {"points": [{"name": p} for p in ("p", "q", "r")],
+               "tolerances": {"float32": {"atol": 0, "rtol": 1e-6, "reason": "r"}}}
+    record = {**ev.verify["v", "p"], "oracle": "o", "worst_error_over_tolerance": 0.5,
+              "max_abs_error": 1e-7, "trials": 2, "seed": 1, "races_found": False,
+              "failures": []}
+    strong = ev.check_power["p"]
+    weak = {**strong, "mutants": [
+        {"name": "k_tile_dropped", "output": "out", "applicable": True, "caught": False}]}
+    for point in ("p", "q", "r"):
+        ev.verify["v", point] = record
+        ev.check_power[point] = weak if point != "r" else strong
+    lines = conditions.correctness(ev)
+    alarms = [line for line in lines if site.ALARMS["bad"].search(line)]
+    assert alarms == ["v: check power WEAK at 2 of 3 verified points (p, q); each point's "
+                      "line says what it lets through"]
+    assert sum("lets out:k_tile_dropped pass" in line for line in lines) == 2
+
+
 def test_the_status_names_a_numerics_model_as_what_was_verified():
     ev = evidence(interpret=False, gpus=[], kernel_s=1, baseline_s=1)
     ev.verify["v", "p"]["checks"][0]["execution"] = {
