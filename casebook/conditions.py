@@ -115,11 +115,15 @@ def correctness(ev: Evidence) -> list[str]:
             f"races found: {'yes' if record['races_found'] else 'no'}"
             + _per_element(record) + "; " + power_text(power, alarm=False))
     ran = {v: sum(1 for (w, _), r in ev.verify.items() if w == v and r["ran"]) for v in weak}
-    # A weak check is said once per variant (the alarm, never folded), each point's line
-    # (folded) saying what it lets through.
-    lines += [f"{variant}: check power WEAK at {len(points)} of {ran[variant]} verified "
-              f"points ({', '.join(points)}); each point's line says what it lets through"
-              for variant, points in weak.items()]
+    # A weak check is said once (the alarm, never folded) for the variants weak at the
+    # same points, each point's line (folded) saying what it lets through.
+    alike: dict[tuple[tuple[str, ...], int], list[str]] = {}
+    for variant, points in weak.items():
+        alike.setdefault((tuple(points), ran[variant]), []).append(variant)
+    lines += [f"{', '.join(variants)}: check power WEAK at {len(points)} of {count} verified "
+              f"points{' each' if len(variants) > 1 else ''} ({', '.join(points)}); each "
+              "point's line says what it lets through"
+              for (points, count), variants in alike.items()]
     return lines + per_point
 
 

@@ -102,7 +102,7 @@ def _failures(ev: Evidence) -> list[str]:
 
 # Lines never folded away: failures, drift, staleness and weak checks (bad); warnings.
 ALARMS = {"bad": re.compile(r"FAILED|STALE|DRIFT|WEAK"), "warn": re.compile(r"WARNING|NOT GPU")}
-SHOWN_LINES = 2  # lines of each condition shown before "more": enough to identify it
+SHOWN_LINES = 1  # lines of each condition shown before "more": enough to identify it
 
 
 def panel(six: dict[str, list[str]]) -> dict[str, dict[str, list[dict[str, Any]]]]:

@@ -214,6 +214,11 @@ def test_a_weak_check_is_one_alarm_per_variant_naming_its_points():
     assert alarms == ["v: check power WEAK at 2 of 3 verified points (p, q); each point's "
                       "line says what it lets through"]
     assert sum("lets out:k_tile_dropped pass" in line for line in lines) == 2
+    for point in ("p", "q", "r"):  # another variant weak at the same points: one line
+        ev.verify["w", point] = record
+    alarms = [line for line in conditions.correctness(ev) if site.ALARMS["bad"].search(line)]
+    assert alarms == ["v, w: check power WEAK at 2 of 3 verified points each (p, q); each "
+                      "point's line says what it lets through"]
 
 
 def test_the_status_names_a_numerics_model_as_what_was_verified():
@@ -259,9 +264,9 @@ def test_folding_never_hides_an_alarm():
            "reproduction": ["only"]}
     folded = site.panel(six)
     shown = [line["text"] for line in folded["correctness"]["shown"]]
-    assert shown == ["a", "b", "v @ p: FAILED: trial 0"]
-    assert [line["text"] for line in folded["correctness"]["more"]] == ["c", "d"]
-    assert folded["correctness"]["shown"][2]["alarm"] == "bad"
+    assert shown == ["a", "v @ p: FAILED: trial 0"]  # the first line names the condition
+    assert [line["text"] for line in folded["correctness"]["more"]] == ["b", "c", "d"]
+    assert folded["correctness"]["shown"][1]["alarm"] == "bad"
     assert folded["reproduction"] == {"shown": [{"text": "only", "alarm": None}], "more": []}
 
 
