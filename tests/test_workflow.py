@@ -101,7 +101,11 @@ def test_fresh_run_publishes_every_figure_with_six_conditions(project):
     assert "check WEAK at 2 of 2 verified points: lets out:bias_1pct pass" in \
         html.unescape(page.read_text())
     assert 'title="lets out:bias_1pct pass">WEAK 2/2<' in html.unescape(index.read_text())
-    assert ("check power WEAK: 3/4 mutants caught (as a check of poisoned outputs), lets "
+    # In the figures' correctness condition: the alarm once for the variants weak at the
+    # same points, each point's line (folded) saying what it lets through.
+    assert ("mgpu, upstream: check power WEAK at 1 of 1 verified points each "
+            "(mha_causal_f16)") in html.unescape(page.read_text())
+    assert ("check power weak: 3/4 mutants caught (as a check of poisoned outputs), lets "
             "out:bias_1pct pass") in html.unescape(page.read_text())
     figures = figures_of(page)
     assert len(figures) == 4  # correctness, build (shared memory), timing, ablations
