@@ -33,10 +33,8 @@ caller keeps nothing; a case that must keep files refuses it). A ``kernel`` or
 
 Optional (``OPTIONAL``): ``races_found() -> bool`` and ``reset()``, the hooks of a case
 that runs an interpreter with a race detector (without them: no race detection, nothing
-to reset); ``compare(params, inputs, output, got, want, tolerance, poisoned, outputs) -> dict |
-None``, a case's own check of one named output (None: the elementwise default), which
-sees every output the kernel wrote by name (``outputs``: its intermediates, for a check
-that follows the path);
+to reset); ``compare(params, inputs, output, got, want, tolerance, poisoned) -> dict |
+None``, a case's own check of one named output (None: the elementwise default);
 ``tile_candidates(variant, params) -> {key, kept, rejected, smem_limit_bytes, tie_rule,
 hand}``, the tile rows the autotune rule measures for a variant;
 ``intermediates(variant, params) -> [{tensor, bytes}]``, the tensors one of the variant's
