@@ -95,18 +95,16 @@ def test_resolve_finds_the_ties_a_row_took_and_no_more(rng):
 
 
 def test_an_unfused_tie_is_a_unit_only_where_act_may_round_either_way(rng):
-    """With no slack on act, a row's units are the requantize's exact ties alone (none
-    for random values); at a slack that reaches a tie, that code is a unit."""
-    act = rng.standard_normal((1, 1, 32))
-    gs = np.array([1.0])
-    w2 = rng.standard_normal((1, 8, 32))
+    """Away from a tie (further than the requantize's own 2^-21 window) an element is no
+    unit; once act's slack reaches the tie, it is one: its other rounding through w2."""
+    act = rng.choice([-3.0, -2.0, -1.5, -1.0, -0.5, 0.5, 1.0, 1.5, 2.0, 3.0], (1, 1, 32))
+    act[0, 0, [1, 17]] = 6.0  # each block's amax: with gs 1 both scales are exactly 1
+    act[0, 0, 0] = 0.75 + 1e-5  # 1e-5 above the tie of e2m1 0.5 and 1: rounds to 1
+    gs, w2 = np.array([1.0]), rng.standard_normal((1, 8, 32))
     valid = np.ones((1, 1), bool)
-    assert whole_path.units(act, np.zeros_like(act), gs, w2, np.ones(1), valid)[1] == 0
-    scale = numerics.round_e4m3(numerics.block_scale(act, gs))
-    y = act[0, 0, 0] / scale[0, 0, 0]
-    tie = (np.floor(abs(y) * 2) + 0.5) / 2 if abs(y) < 2 else np.floor(abs(y)) + 0.5
-    act[0, 0, 0] = np.copysign(tie, y) * scale[0, 0, 0] * (1 + 1e-9)
+    assert np.array_equal(numerics.round_e4m3(numerics.block_scale(act, gs)), [[[1.0, 1.0]]])
     slack = np.zeros_like(act)
-    slack[0, 0, 0] = 1e-6 * abs(act[0, 0, 0])
+    assert whole_path.units(act, slack, gs, w2, np.ones(1), valid)[1] == 0
+    slack[0, 0, 0] = 1e-4  # now reaching the tie
     effects, count = whole_path.units(act, slack, gs, w2, np.ones(1), valid)
-    assert count >= 1 and effects[0, 0].shape == (count, 8)
+    assert count == 1 and np.allclose(effects[0, 0][0], -0.5 * w2[0, :, 0])
