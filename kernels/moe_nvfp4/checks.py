@@ -33,7 +33,8 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
     [x·gs, exact scale, their slacks]: each scale must be a rounding of the exact scale
     moved by at most its slack plus ``window`` (relative), each code likewise a rounding
     of x·gs / (the kernel's own scale). worst_error_over_tolerance: how much of the tie
-    window the kernel used (0: every code the nearest; <= 1: within the window)."""
+    window the kernel used (0: every code the nearest; <= 1: within the window);
+    either_way_fraction: the share of elements whose code or scale may round either way."""
     valid = np.isfinite(want[0])
     value, scale = got[0][valid], got[1][valid]
     xgs, exact, x_slack, scale_slack = (w[valid] for w in want)
@@ -64,6 +65,7 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
         "scale_mismatches": int(np.count_nonzero(~scale_ok)),
         "codes_at_ties": int(np.count_nonzero(value != numerics.e2m1_value(
             numerics.e2m1_code(y)))),
+        "either_way_fraction": float(np.mean((a != b) | (low != high))) if value.size else 0.0,
     }
 
 
