@@ -71,7 +71,7 @@ def variant_draw(name: str, rng: np.random.Generator, spec: dict) -> dict:
     return {"variant": name, "params": params, "masked_m": inputs["masked_m"].tolist(),
             "passed": check["passed"] and not moe.races_found(),
             "outputs": {k: {f: v.get(f) for f in ("passed", "worst_error_over_tolerance",
-                                                  "codes_at_ties")}
+                                                  "codes_at_ties", "either_way_fraction")}
                         for k, v in check["outputs"].items()},
             "seconds": seconds}
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from casebook import cases, config, paths
-from kernels.moe_nvfp4 import checks, near_misses, numerics, whole_path
+from kernels.moe_nvfp4 import checks, numerics, whole_path
 
 moe = cases.load("moe_nvfp4")
 SPEC = config.load_case(paths.SOURCE_ROOT / "configs/cases", "moe_nvfp4")
@@ -57,7 +57,7 @@ def test_out_fused_follows_the_kernels_own_a2_not_the_models(rng):
     grid = np.unique(np.abs(numerics.E2M1_VALUES))
     step = grid[np.searchsorted(grid, abs(a2[0, e, m, n])) - 1]
     a2[0, e, m, n] = np.copysign(step, a2[0, e, m, n])
-    own = near_misses.bf16(np.where(np.isnan(want["out"][0]), np.nan, np.einsum(
+    own = numerics.bf16(np.where(np.isnan(want["out"][0]), np.nan, np.einsum(
         "emn,ekn->emk", np.nan_to_num(a2[0] * a2[1]) * inputs["alpha2"][:, None, None],
         numerics.dequantize(inputs["w2_packed"], inputs["w2_scales"]))))
     assert judged(inputs, want, "out_fused", own, a2=a2)["passed"]

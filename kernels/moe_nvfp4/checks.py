@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.moe_nvfp4 import numerics, oracle_planes, whole_path
+from kernels.moe_nvfp4 import numerics, oracle_f64, oracle_planes, whole_path
 
 
 def _ratio(error, allowed):
@@ -33,7 +33,8 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
     [x·gs, exact scale, their slacks]: each scale must be a rounding of the exact scale
     moved by at most its slack plus ``window`` (relative), each code likewise a rounding
     of x·gs / (the kernel's own scale). worst_error_over_tolerance: how much of the tie
-    window the kernel used (0: every code the nearest; <= 1: within the window)."""
+    window the kernel used (0: every code the nearest; <= 1: within the window);
+    either_way_fraction: the share of elements whose code or scale may round either way."""
     valid = np.isfinite(want[0])
     value, scale = got[0][valid], got[1][valid]
     xgs, exact, x_slack, scale_slack = (w[valid] for w in want)
@@ -64,6 +65,7 @@ def codes(got: np.ndarray, want: np.ndarray, window: float) -> dict[str, Any]:
         "scale_mismatches": int(np.count_nonzero(~scale_ok)),
         "codes_at_ties": int(np.count_nonzero(value != numerics.e2m1_value(
             numerics.e2m1_code(y)))),
+        "either_way_fraction": float(np.mean((a != b) | (low != high))) if value.size else 0.0,
     }
 
 
@@ -128,11 +130,25 @@ def _whole_path(output: str, got: np.ndarray, inputs: dict[str, np.ndarray],
                  tolerance["rtol"])
 
 
+def _a2_through_a1(got: np.ndarray, a1: np.ndarray, inputs: dict[str, np.ndarray],
+                   window: float) -> dict[str, Any]:
+    """A whole path's a2 against the planes of the same kernel's a1 (planes [code value,
+    scale] per element, itself checked as a1), not the model's."""
+    valid = oracle_f64.valid_rows(inputs["masked_m"], a1.shape[2])
+    a1_values = a1[0] * a1[1]
+    if not np.isfinite(a1_values[valid]).all():
+        return {"passed": False, "error": "a2 is checked through the same kernel's a1, "
+                "which is not finite on rows it computes", "nan_count": 0,
+                "max_abs_error": None, "worst_error_over_tolerance": None}
+    return codes(got, oracle_planes.a2_planes(a1_values, inputs, valid), window)
+
+
 def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str, Any],
             poisoned: bool = False, inputs: dict[str, np.ndarray] | None = None,
             outputs: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """The check of one named output (codes tie-aware, values against their bound, a
-    whole path's out through the kernel's own intermediate in ``outputs``: ``whole_path``);
+    """The check of one named output (codes tie-aware, a2 through the kernel's own a1
+    where ``outputs`` holds it, values against their bound, a whole path's out through
+    the kernel's own intermediate in ``outputs``: ``whole_path``);
     where the outputs were poisoned, a value written on a row past masked_m fails. (Codes
     are not held to it: the 128x4 scale layout writes whole 128-row atoms.)"""
     is_codes = output in CODE_OUTPUTS
@@ -140,6 +156,9 @@ def compare(output: str, got: np.ndarray, want: np.ndarray, tolerance: dict[str,
         return {"passed": False, "error": f"shape {got.shape} does not match the oracle's "
                 f"planes {want.shape}", "nan_count": 0, "max_abs_error": None,
                 "worst_error_over_tolerance": None}
+    if output == "a2" and outputs and "a1" in outputs:
+        return _a2_through_a1(got, np.asarray(outputs["a1"], np.float64), inputs or {},
+                              tolerance["rtol"])
     if is_codes:
         return codes(got, want, tolerance["rtol"])
     found = (_whole_path(output, got, inputs or {}, outputs or {}, tolerance)

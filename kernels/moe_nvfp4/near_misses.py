@@ -8,19 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from kernels.moe_nvfp4 import checks, numerics, oracle_f64, whole_path
+from kernels.moe_nvfp4.numerics import bf16
 from kernels.mutants import Mutant, bias
 
 K_TILE = 64  # K elements of the smallest GEMM K tile (32 packed bytes)
 GRID = np.unique(np.abs(numerics.E2M1_VALUES))  # the e2m1 magnitudes, ascending
 GEMMS = {"h": ("a1", "w1", "alpha1"), "out": ("a2", "w2", "alpha2")}  # A, B, alpha inputs
-
-
-def bf16(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
 def model_outputs(inputs: dict[str, np.ndarray], want: dict[str, np.ndarray]

@@ -44,6 +44,11 @@ def round_e4m3(v: np.ndarray) -> np.ndarray:
     return np.minimum(np.round(v / quantum) * quantum, E4M3_MAX)
 
 
+def bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to bfloat16 (nearest, ties to even), as float64: a kernel's bf16 output."""
+    return np.asarray(x, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
 def e4m3_bits(v: np.ndarray) -> np.ndarray:
     """Bytes of values already on the e4m3 grid."""
     return np.asarray(v, np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)

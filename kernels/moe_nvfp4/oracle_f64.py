@@ -42,15 +42,36 @@ def f32_gemm_error(a_abs: np.ndarray, b_abs: np.ndarray) -> np.ndarray:
     return 2 * (a_abs.shape[-1] + 1) * 2.0**-24 * np.einsum("emk,enk->emn", a_abs, b_abs)
 
 
+SILU_SLOPE_MAX = 1.1  # |SiLU'| <= 1.0998 everywhere: its extremes, at x = ±2.3994
+
+
+def silu_slope(gate: np.ndarray, error: np.ndarray) -> np.ndarray:
+    """The largest |SiLU'| over [gate − error, gate + error]. SiLU'' has the sign of
+    2 − x·tanh(x/2), so SiLU' is monotone between its two extremes and |SiLU'| peaks at
+    the interval's ends, unless the interval holds an extreme: then SILU_SLOPE_MAX."""
+    low, high = gate - error, gate + error
+
+    def slope(x):
+        with np.errstate(over="ignore"):  # exp(-x) = inf for x << 0: sigmoid 0
+            sigmoid = 1.0 / (1.0 + np.exp(-x))
+        return np.abs(sigmoid * (1.0 + x * (1.0 - sigmoid)))
+
+    rising_low, rising_high = (x * np.tanh(x / 2) < 2 for x in (low, high))
+    extreme = (rising_low != rising_high) | ((low < 0) & (high > 0) & ~rising_low)
+    return np.where(extreme, SILU_SLOPE_MAX, np.maximum(slope(low), slope(high)))
+
+
 def silu_mul_error(h: np.ndarray, h_error: np.ndarray) -> np.ndarray:
-    """A bound on SiLU(gate)·up's error given h's error bound: |SiLU'| <= 1.1, and
-    2**-20 relative for the float32 exp, division and products."""
+    """A bound on SiLU(gate)·up's error given h's error bound: SiLU moves by at most
+    ``silu_slope`` over gate's interval times gate's error, and the float32 exp, division
+    and products add 2**-20 of the computed |SiLU(gate)·up|."""
     gate, up = np.split(np.asarray(h, np.float64), 2, axis=-1)
     gate_error, up_error = np.split(h_error, 2, axis=-1)
     with np.errstate(over="ignore"):
         silu = np.abs(gate / (1.0 + np.exp(-gate)))
-    return (1.1 * gate_error * (np.abs(up) + up_error) + silu * up_error
-            + 2.0**-20 * silu * np.abs(up))
+    silu_error = silu_slope(gate, gate_error) * gate_error
+    up_reach = np.abs(up) + up_error
+    return silu_error * up_reach + silu * up_error + 2.0**-20 * (silu + silu_error) * up_reach
 
 
 def sum_is_exact_in_f32(a_packed, a_scales, b_packed, b_scales) -> bool:

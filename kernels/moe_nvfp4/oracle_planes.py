@@ -2,7 +2,9 @@
 
 Each output is a stack of planes, NaN on rows past masked_m (never computed):
 - codes ("a1", "a2"): [x·gs, block_amax·gs/6, slack of x·gs, slack of the scale], what
-  ``compare.codes`` needs for a tie-aware check of a kernel's codes and scales;
+  ``compare.codes`` needs for a tie-aware check of a kernel's codes and scales; a2's
+  follow stage 1's output (``a2_planes``): the model's a1 here, which the stage variant
+  reads, a whole path's own a1 in ``checks.compare``;
 - values ("h", "out", "out_fused", "out_unfused", "out_dense"): [value, bound], the
   bound beyond the output's own bf16 rounding (the tolerance's rtol): f32 accumulation,
   and every code of an earlier stage that may differ from the model's at a rounding
@@ -64,6 +66,20 @@ def flip_bound(x, gs, x_slack) -> np.ndarray:
     return np.where(flag, reach, 0.0)
 
 
+def a2_planes(a1: np.ndarray, inputs: dict[str, np.ndarray], valid: np.ndarray
+              ) -> np.ndarray:
+    """Stage 3's planes given stage 1's output ``a1`` (dequantized [E, M, K], without
+    gs; rows past masked_m ignored): act = SiLU·mul of GEMM1 of that a1, known to GEMM1's
+    f32 accumulation and the f32 SiLU·mul (``silu_mul_error``), no tie of stage 1."""
+    w1 = numerics.dequantize(inputs["w1_packed"], inputs["w1_scales"])
+    alpha = np.asarray(inputs["alpha1"], np.float64)[:, None, None]
+    a1 = np.where(valid[..., None], a1, 0.0)
+    h = np.einsum("emk,enk->emn", a1, w1) * alpha
+    h_error = oracle_f64.f32_gemm_error(np.abs(a1), np.abs(w1)) * np.abs(alpha)
+    act = oracle_f64.silu_mul(h)
+    return code_planes(act, inputs["a2_gs"], valid, oracle_f64.silu_mul_error(h, h_error))
+
+
 def gemm_bound(a_abs, a_flip, b_abs) -> np.ndarray:
     """f32 accumulation of A·Bᵀ with A possibly off by ``a_flip`` per element."""
     return (oracle_f64.f32_gemm_error(a_abs + a_flip, b_abs)
@@ -78,7 +94,7 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     stages = oracle_f64.moe(hidden, inputs["a1_gs"], (inputs["w1_packed"], inputs["w1_scales"]),
                          inputs["alpha1"], inputs["a2_gs"],
                          (inputs["w2_packed"], inputs["w2_scales"]), inputs["alpha2"], masked)
-    h, act, out = stages["h"], stages["act"], stages["out"]
+    h, out = stages["h"], stages["out"]
     # Magnitudes for the bounds, each operand with its global scale: A·Bᵀ = alpha·sum.
     w1 = numerics.dequantize(inputs["w1_packed"], inputs["w1_scales"], inputs["w1_gs"])
     w2 = numerics.dequantize(inputs["w2_packed"], inputs["w2_scales"], inputs["w2_gs"])
@@ -88,7 +104,6 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     a1_flip = np.where(rows, flip_bound(hidden, inputs["a1_gs"], zeros), 0.0)
     h_error = gemm_bound(np.abs(a1), a1_flip, np.abs(w1))
 
-    act_error = oracle_f64.silu_mul_error(np.nan_to_num(h), h_error)
     gemm2 = np.stack([out, oracle_f64.f32_gemm_error(np.abs(a2), np.abs(w2))
                       * (1 + BF16_HALF_ULP)])
 
@@ -98,7 +113,10 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "a1": code_planes(hidden, inputs["a1_gs"], valid, zeros),
         # A bf16 output rounds the f32 result: the bound grows by its own rounding.
         "h": np.stack([h, h_error * (1 + BF16_HALF_ULP)]),
-        "a2": code_planes(act, inputs["a2_gs"], valid, act_error),
+        # Through the model's a1, which the stage variant reads; a whole path's a2 is
+        # checked through the kernel's own a1 (checks.compare).
+        "a2": a2_planes(numerics.dequantize(stages["a1_packed"], stages["a1_scales"]),
+                        inputs, valid),
         "out": gemm2,
         # The whole paths' out is the model's; the check follows the kernel's own a2 or h
         # (checks.compare, whole_path), not these planes' bound.

@@ -24,18 +24,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from kernels.moe_nvfp4 import numerics, oracle_f64, oracle_planes
+from kernels.moe_nvfp4.numerics import bf16
 
 BF16_HALF_ULP = 2.0**-8
 SILU_MUL_F32 = 2.0**-20  # float32 exp, division and products (oracle_f64.silu_mul_error)
 MAX_PASSES = 3  # improvement passes over a row's units after rounding
-
-
-def _bf16(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
 def _valid(inputs: dict[str, np.ndarray], rows: int) -> np.ndarray:
@@ -91,8 +87,8 @@ def _unfused_a2(h: np.ndarray, inputs: dict[str, np.ndarray], valid: np.ndarray
     """From h (bf16): act = bf16(SiLU(gate)·up), how far the float32 SiLU·mul may move
     it (0 unless at a bf16 rounding midpoint), and its a2 dequantized."""
     exact = oracle_f64.silu_mul(np.where(valid[..., None], np.nan_to_num(h), 0.0))
-    act = _bf16(exact)
-    low, high = _bf16(exact * (1 - SILU_MUL_F32)), _bf16(exact * (1 + SILU_MUL_F32))
+    act = bf16(exact)
+    low, high = bf16(exact * (1 - SILU_MUL_F32)), bf16(exact * (1 + SILU_MUL_F32))
     slack = np.maximum(np.abs(low - act), np.abs(high - act))
     gs = np.asarray(inputs["a2_gs"], np.float64)
     return act, slack, _dequantized(act, gs, numerics.round_e4m3(numerics.block_scale(act, gs)))
