@@ -188,6 +188,8 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
         "withheld": manifest["withheld"], "failures": _failures(ev), "stale": ev.stale,
         "tables": {"Verification": page_tables.verification(ev, publish_here),
                    "Lowering (compiled on this host, not run)": page_tables.lowering(ev),
+                   "The port against the kernel it ports, from the two binaries":
+                       page_tables.side_by_side(ev, spec),
                    "Timing": page_tables.timing(ev, publish_here),
                    "Kernel against baselines": page_tables.comparisons(ev),
                    "Tile choice (autotune)": page_tables.tile_choices(ev, publish_here),
