@@ -280,6 +280,24 @@ def side_by_side(ev: Evidence, spec: dict[str, Any]) -> str:
     return _html(rows, failed, f"side-by-side-{ev.target}")
 
 
+def bit_exact(record: dict[str, Any] | None, href: Href, path: str) -> str:
+    """A port against the kernel it ports, bit for bit, per point (``casebook.bit_exact``);
+    a host that could not run them says why. A point whose outputs differ is a failure."""
+    if record is None:
+        return ""
+    pair = f"{record['variant']} against {record['against']}"
+    if not record["ran"]:
+        return _html([{"compared": pair, "result": f"not run here: {record['not_run_reason']}",
+                       "record": href(path)}], [False], f"bit-exact-{record['target']}")
+    rows = [{"compared": pair, "point": p["point"], "elements": p["elements"],
+             "differing": p["differing"],
+             "first differing (row, column)": _dims(p["first_differing"]),
+             "result": "identical bits" if p["differing"] == 0 else "DIFFERENT BITS",
+             "seed": record["seed"], "record": href(path)} for p in record["points"]]
+    return _html(rows, [p["differing"] > 0 for p in record["points"]],
+                 f"bit-exact-{record['target']}")
+
+
 def _row_label(tiles: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in tiles.items())
 
