@@ -4,7 +4,7 @@
 A record of this tree's commit is current. A record of another commit is current when it
 was made from what this tree would make it from: its ``sources_sha256`` (the case's kernel
 sources and the job's slice of the case config, ``provenance.job_sha256``) equals the one
-recomputed here. A baseline or compare record carries no hash of its own; it is current
+recomputed here. A baseline, compare or bit-exact record carries no hash of its own; it is current
 when its commit's hashed records of the same case all are (its case's kernel sources are
 then this tree's). The host's own records (env, host, noise floor, the window's) describe
 the machine and are kept. Anything else of another commit is not current: Snakemake
@@ -21,7 +21,7 @@ from typing import Any
 from casebook import config, paths, provenance
 
 HOST_KINDS = ("env", "host", "noise_floor", "gpu_window")
-UNHASHED_CASE_KINDS = ("baseline", "compare")
+UNHASHED_CASE_KINDS = ("baseline", "compare", "bit_exact")
 
 
 def recomputed(record: dict[str, Any], spec: dict[str, Any]) -> str | None:

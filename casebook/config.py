@@ -196,6 +196,10 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
                                     f"no variant named {contrast[key]!r}")
         if contrast["variant"] == contrast["against"]:
             raise CasebookError(path, f"contrasts.{i}.against", "a variant against itself")
+    pair = case.get("side_by_side")
+    for key in ("variant", "against") if pair else ():
+        if pair[key] not in variants:
+            raise CasebookError(path, f"side_by_side.{key}", f"no variant named {pair[key]!r}")
     for i, ablation in enumerate(case["ablations"]):
         if ablation["name"] in variants:
             raise CasebookError(path, f"ablations.{i}.name", f"{ablation['name']!r} is a "

@@ -2,11 +2,12 @@
 each stopped at its budget.
 
 The plan is configs/gpu-window.yaml: env, host and noise-floor records first, then each
-case's measured points (a point's comparison, with the verify, time and baseline records
-it reads, one point after another), its GPU-only tests and its remaining records, autotune
-last. Every command of a step is a child process group (Snakemake or pytest) killed at the
-step's budget or at the window's deadline, whichever comes first; records are written
-atomically, so a stopped step leaves whole records or none.
+case's bit-exact comparison, its measured points (a point's comparison, with the verify,
+time and baseline records it reads, one point after another), its GPU-only tests and its
+remaining records, autotune last. Every command of a step is a child process group
+(Snakemake or pytest) killed at the step's budget or at the window's deadline, whichever
+comes first; records are written atomically, so a stopped step leaves whole records or
+none.
 The window then writes its own ``gpu_window`` record (each step's budget, seconds and
 outcome) and packs ``results/<target>/`` and the logs into one archive
 (``casebook.archive``).
@@ -72,7 +73,7 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
                             f"more than total_s {window['total_s']:g}")
     cases = config.load_global()["cases"]
     for i, step in enumerate(window["steps"]):
-        if step["name"] in ("gpu_tests", "case", "measure") and "case" not in step:
+        if step["name"] in ("gpu_tests", "case", "measure", "bit_exact") and "case" not in step:
             raise CasebookError(path, f"steps.{i}.case", f"a {step['name']} step names its case")
         if "case" in step and step["case"] not in cases:
             raise CasebookError(path, f"steps.{i}.case", f"{step['case']} is not a case of "
@@ -127,6 +128,8 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
                 p["name"] for p in _case_spec(step["case"], target)["points"]]
             out.append([_snakemake(target, overlay, paths.compare_record(target, step["case"], p))
                         for p in points])
+        elif step["name"] == "bit_exact":
+            out.append([_snakemake(target, overlay, paths.bit_exact_record(target, step["case"]))])
         elif step["name"] == "case":
             out.append([_snakemake(target, overlay,
                                    *paths.case_records(_case_spec(step["case"], target),

@@ -215,6 +215,89 @@ def lowering(ev: Evidence) -> str:
     return _html(rows, [False] * len(rows), f"lowering-{ev.target}")
 
 
+# Resources both kinds of build record per kernel, compared beside the SASS facts.
+BINARY_FACTS = ("threads", "registers_per_thread", "stack_bytes", "local_bytes",
+                "static_smem_bytes", "dynamic_smem_bytes", "stages")
+
+
+def _binary_facts(build: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per point, the facts a build read from its binary: resources and ``sass``."""
+    found = {}
+    for point in (build or {}).get("points", []):
+        for artifact in point.get("artifacts", []):
+            facts = artifact["facts"]
+            if "sass" in facts:
+                found[point["point"]] = {**{k: facts[k] for k in BINARY_FACTS if k in facts},
+                                         **facts["sass"]}
+    return found
+
+
+def _fact_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "none"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def side_by_side(ev: Evidence, spec: dict[str, Any]) -> str:
+    """The case's port against the kernel it ports (``side_by_side`` in its config), fact
+    by fact from the two binaries, rows with the same values merged across points. A
+    difference the config does not explain, one it marks open, and an explanation of a
+    fact that no longer differs are failures."""
+    pair = spec.get("side_by_side")
+    if not pair:
+        return ""
+    ours, theirs = (_binary_facts(ev.builds.get(pair[k])) for k in ("variant", "against"))
+    both = [p for p in ours if p in theirs]
+    explained = {d["fact"]: d for d in pair["differences"]}
+    merged: dict[tuple[str, str, str], list[str]] = {}
+    for point in both:
+        for fact in dict.fromkeys([*ours[point], *theirs[point]]):
+            values = tuple(_fact_text(side[point][fact]) if fact in side[point]
+                           else "not recorded" for side in (ours, theirs))
+            merged.setdefault((fact, *values), []).append(point)
+    rows, failed, differing = [], [], set()
+    for (fact, mine, other), points in merged.items():
+        entry = explained.get(fact)
+        if mine == other:
+            verdict = "same"
+        else:
+            differing.add(fact)
+            verdict = (f"{entry['kind'].upper() if entry['kind'] == 'open' else entry['kind']}: "
+                       f"{entry['reason']}" if entry else "UNEXPLAINED")
+        rows.append({"fact": fact, pair["variant"]: mine, pair["against"]: other,
+                     "points": f"all {len(both)}" if len(points) == len(both)
+                     else ", ".join(points), "difference": verdict})
+        failed.append(mine != other and (entry is None or entry["kind"] == "open"))
+    for fact in sorted(explained.keys() - differing) if both else ():
+        rows.append({"fact": fact, pair["variant"]: None, pair["against"]: None,
+                     "points": None, "difference": "STALE: explained in the case config but "
+                                                   "the same at every point"})
+        failed.append(True)
+    return _html(rows, failed, f"side-by-side-{ev.target}")
+
+
+def bit_exact(record: dict[str, Any] | None, href: Href, path: str) -> str:
+    """A port against the kernel it ports, bit for bit, per point (``casebook.bit_exact``);
+    a host that could not run them says why. A point whose outputs differ is a failure."""
+    if record is None:
+        return ""
+    pair = f"{record['variant']} against {record['against']}"
+    if not record["ran"]:
+        return _html([{"compared": pair, "result": f"not run here: {record['not_run_reason']}",
+                       "record": href(path)}], [False], f"bit-exact-{record['target']}")
+    rows = [{"compared": pair, "point": p["point"], "elements": p["elements"],
+             "differing": p["differing"],
+             "first differing (row, column)": _dims(p["first_differing"]),
+             "result": "identical bits" if p["differing"] == 0 else "DIFFERENT BITS",
+             "seed": record["seed"], "record": href(path)} for p in record["points"]]
+    return _html(rows, [p["differing"] > 0 for p in record["points"]],
+                 f"bit-exact-{record['target']}")
+
+
 def _row_label(tiles: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in tiles.items())
 

@@ -166,6 +166,11 @@ def history_entry(target: str, revision: str, case: str, figure: str) -> str:
     return f"{history_dir(target)}/{revision}/{case}/{figure}.json"
 
 
+def bit_exact_record(target: str, case: str) -> str:
+    """A port's output against the kernel it ports, bit for bit, at every point."""
+    return f"{RESULTS}/{target}/{case}/bit_exact.json"
+
+
 def compare_record(target: str, case: str, point: str) -> str:
     """The point's variants and baselines measured interleaved, and their paired ratios."""
     return f"{RESULTS}/{target}/{case}/compare/{point}.json"
@@ -196,8 +201,9 @@ def point_records(spec: dict, target: str, point: str) -> dict[str, dict[str, st
 def case_records(spec: dict, target: str) -> list[str]:
     """Every record ``target`` produces for the case of config ``spec``: the noise floor,
     then its builds, check power, verifications, times, ablations, baselines and
-    comparisons. A point measured on an accelerator alone has no check power record: its
-    near misses are dense arrays, as large as the oracle it gets instead."""
+    comparisons, and a bit-exact comparison where the case asks for one. A point measured
+    on an accelerator alone has no check power record: its near misses are dense arrays,
+    as large as the oracle it gets instead."""
     spec, case = for_target(spec, target), spec["name"]
     out = [noise_floor_record(target)]
     out += [build_record(target, case, v["name"]) for v in spec["variants"]]
@@ -211,6 +217,8 @@ def case_records(spec: dict, target: str) -> list[str]:
                 for a in spec.get("ablations", [])]
         out += [baseline_record(target, case, b["name"], p["name"]) for b in spec["baselines"]]
         out.append(compare_record(target, case, p["name"]))
+    if spec.get("side_by_side", {}).get("bit_exact"):
+        out.append(bit_exact_record(target, case))
     return out
 
 

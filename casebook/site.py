@@ -173,6 +173,13 @@ def tile_note(spec: dict[str, Any], ev: Evidence) -> str | None:
     return f"Tile choice on {ev.target}: {untuned} (no autotune run on it yet)."
 
 
+def _bit_exact(spec: dict[str, Any], target: str, href: page_tables.Href) -> str:
+    """The bit-exact record's table, where the target has one."""
+    path = paths.bit_exact_record(target, spec["name"])
+    record = records.read(path, "bit_exact") if Path(path).exists() else None
+    return page_tables.bit_exact(record, href, path)
+
+
 def _target_section(spec: dict[str, Any], target: str, measured: Collection[str],
                     root: str) -> tuple[dict[str, Any], Evidence]:
     """The page's section of ``target``, and the evidence it was made from."""
@@ -188,6 +195,10 @@ def _target_section(spec: dict[str, Any], target: str, measured: Collection[str]
         "withheld": manifest["withheld"], "failures": _failures(ev), "stale": ev.stale,
         "tables": {"Verification": page_tables.verification(ev, publish_here),
                    "Lowering (compiled on this host, not run)": page_tables.lowering(ev),
+                   "The port against the kernel it ports, from the two binaries":
+                       page_tables.side_by_side(ev, spec),
+                   "The port against the kernel it ports, bit for bit":
+                       _bit_exact(spec, target, publish_here),
                    "Timing": page_tables.timing(ev, publish_here),
                    "Kernel against baselines": page_tables.comparisons(ev),
                    "Tile choice (autotune)": page_tables.tile_choices(ev, publish_here),

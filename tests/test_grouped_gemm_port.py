@@ -7,11 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kernels.grouped_gemm_fp8_bf16 import compile_port, port, schedule
+from kernels.grouped_gemm_fp8_bf16 import compile_port, port, sass, schedule
 from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem, ProblemError
 
 pytestmark = [pytest.mark.compile, pytest.mark.timeout(300)]
@@ -78,10 +79,15 @@ def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     assert 0 < facts["registers_per_thread"] <= 255 and facts["local_bytes"] == 0
     # wgmma m64n16k16, bf16 inputs, fp32 accumulate: the mixed-input RS form (A registers).
     assert set(facts["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}
-    sass = compile_port.toolkit.run([compile_port.toolkit.tool("cuobjdump"), "-sass",
-                                     facts["cubin"]])
-    mma = next(line for line in sass.splitlines() if "HGMMA" in line)
+    listing = compile_port.toolkit.run([compile_port.toolkit.tool("cuobjdump"), "-sass",
+                                        facts["cubin"]])
+    mma = next(line for line in listing.splitlines() if "HGMMA" in line)
     assert "gdesc[" in mma and mma.split("HGMMA.64x16x16.F32.BF16")[1].split(",")[1].strip(
     ).startswith("R")  # A from a register, B from a shared-memory descriptor
-    assert "F2FP.F16.E5M2.UNPACK_B" in sass  # the fp8 conversion
-    assert ("HMUL2.BF16" in sass) == (mode == "scale_only")  # the bf16 scale multiply
+    assert "F2FP.F16.E5M2.UNPACK_B" in listing  # the fp8 conversion
+    assert ("HMUL2.BF16" in listing) == (mode == "scale_only")  # the bf16 scale multiply
+    # Its mainloop read by the rules that read example 69's: per K tile of 128 × 64 fp8
+    # over 256 consumer threads, 16 pairs converted (and scaled) and 4 wgmma k16 steps.
+    mainloop = sass.read(Path(facts["cubin"]), compile_port.KERNEL_NAME)
+    assert mainloop["hgmma_per_k_tile"] == 4 and mainloop["fp8_unpacks_per_k_tile"] == 16
+    assert mainloop["scale_multiplies_per_k_tile"] == (16 if mode == "scale_only" else 0)

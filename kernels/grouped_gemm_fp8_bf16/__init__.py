@@ -18,6 +18,7 @@ from kernels import contract
 from kernels.contract import SINGLE_OUTPUT, NotRunnable, Runnable
 from kernels.grouped_gemm_fp8_bf16 import (
     baselines,
+    bitwise,
     builds,
     device,
     near_misses,
@@ -141,6 +142,13 @@ def baseline(name: str, params: dict[str, Any], build_dir: Path | None = None
     if name not in BASELINES:
         raise ValueError(f"unknown {CASE} baseline {name!r}; known: {BASELINES}")
     return _on_gpu(name, problems.from_params(params), "time", build_dir)
+
+
+def bit_exact(points: list[dict[str, Any]], build_dir: Path | str, seed: int
+              ) -> list[dict[str, Any]]:
+    """The port against example 69 bit for bit at ``points`` (``bitwise``); NotRunnable
+    without an sm_90 GPU."""
+    return bitwise.compare(points, _kept_in(build_dir), seed)
 
 
 def reference_file() -> str:

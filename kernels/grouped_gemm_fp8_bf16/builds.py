@@ -4,14 +4,16 @@ The port and the C++ reference are each compiled once per run (cached in-process
 reference also on disk by its inputs' hash); every point of the grid then records the
 same binary's facts (and that one compile's seconds), with the point's own tile count.
 Dynamic shared memory is checked against the sm_90 limit, so a build over budget fails
-naming its point.
+naming its point. Each GPU build also records what its SASS does (``sass``), read from the
+binary by the same rules for both, so the two kernels compare fact by fact.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from kernels.grouped_gemm_fp8_bf16 import compile_port, schedule, upstream
+from kernels.grouped_gemm_fp8_bf16 import compile_port, sass, schedule, upstream
 from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem
 
 CUDA_TARGET = "cuda sm_90a"
@@ -40,7 +42,9 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
             + (" (carried: compiled where CuTe DSL is installed)" if facts["carried"] else "")
             + (" (reused: compiled once for every point of its mode, from these very sources)"
                if facts.get("reused") else ""),
-            facts["compile_seconds"], {**facts, "tiles": tiles})]}
+            facts["compile_seconds"],
+            {**facts, "tiles": tiles,
+             "sass": sass.read(Path(facts["cubin"]), compile_port.KERNEL_NAME)})]}
     built = upstream.build(build_dir)
     if not built["built"]:
         return {"artifacts": [], "not_built": built["reason"]}
@@ -50,5 +54,6 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         built["compile_seconds"],
         {**built["kernels"][problem.mode], "mode": problem.mode, "nvcc": built["nvcc"],
          "cached": built["cached"], "binary": built["binary"], "library": built["library"],
-         "tiles": tiles})]}
+         "tiles": tiles,
+         "sass": sass.read(Path(built["binary"]), upstream.KERNEL_NAMES[problem.mode])})]}
 

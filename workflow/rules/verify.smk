@@ -33,3 +33,21 @@ rule check_power:
         paths.log("check_power", "{target}", "{case}", "{point}"),
     script:
         "../scripts/check_power.py"
+
+
+# A port against the kernel it ports, bit for bit at every point (the case config's
+# side_by_side.bit_exact), once both are built; on a host that cannot run them, its record
+# says why.
+rule bit_exact:
+    input:
+        case_inputs,
+        lambda w: [paths.build_record(w.target, w.case, CASES[w.case]["side_by_side"][k])
+                   for k in ("variant", "against")],
+    output:
+        paths.bit_exact_record("{target}", "{case}"),
+    log:
+        paths.log("bit_exact", "{target}", "{case}"),
+    resources:
+        gpu=target_gpus,
+    script:
+        "../scripts/bit_exact.py"
