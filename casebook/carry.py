@@ -9,6 +9,11 @@ when its commit's hashed records of the same case all are (its case's kernel sou
 then this tree's). The host's own records (env, host, noise floor, the window's) describe
 the machine and are kept. Anything else of another commit is not current: Snakemake
 redoes it.
+
+Whatever its commit, a record made with a tile-table row is current only while the table
+gives its point that row still (``tile_table.cites_current``), and one made with none only
+while the table gives none: a point measured at the kernel's default blocks before the
+autotune picked its own is measured again at the picked ones.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from casebook import config, paths, provenance
+from casebook import config, paths, provenance, tile_table
 
 HOST_KINDS = ("env", "host", "noise_floor", "gpu_window")
 UNHASHED_CASE_KINDS = ("baseline", "compare", "bit_exact")
@@ -47,6 +52,31 @@ def _hashed_current(record: dict[str, Any], spec: dict[str, Any]) -> bool:
     return want is not None and record.get("sources_sha256") == want
 
 
+def _tiles_current(record: dict[str, Any], target: str) -> bool:
+    """Whether every tile-table row ``record``'s kernels ran with is the table's row now."""
+    kind, case = record["kind"], record.get("case")
+    if kind in ("verify", "time"):
+        return tile_table.cites_current(record, target, case, record["variant"])
+    if kind == "ablation":
+        return tile_table.cites_current(record, target, case, record["of"])
+    if kind in ("build", "lowering", "lowerings"):  # each point's part as built
+        if kind == "build":
+            parts = record["points"]
+        elif kind == "lowering":
+            parts = [record["built"]]
+        else:
+            parts = [part["built"] for part in record["lowerings"]]
+        return all(tile_table.cites_current(part, target, case, record["variant"])
+                   for part in parts)
+    if kind == "compare":
+        cited = record.get("tile_tables", {})
+        return all(tile_table.cites_current(
+            {"point": record["point"], "params": record["params"],
+             **({"tile_table": cited[v]} if v in cited else {})}, target, case, v)
+            for v in {p["variant"] for p in record["pairs"] if "why_not" not in p})
+    return True
+
+
 def not_current(target: str, commit: str) -> list[Path]:
     """The record files under results/<target>/ (logs and the store across commits aside)
     that are not current at this tree, whose commit is ``commit``; each with its samples."""
@@ -67,6 +97,9 @@ def not_current(target: str, commit: str) -> list[Path]:
     verdicts: dict[tuple[str, str], list[bool]] = defaultdict(list)
     stale = []
     for path, record in found:
+        if not _tiles_current(record, target):
+            stale.append(path)
+            continue
         if record["commit"] == commit or record["kind"] in HOST_KINDS \
                 or record["kind"] in UNHASHED_CASE_KINDS:
             continue
@@ -75,7 +108,8 @@ def not_current(target: str, commit: str) -> list[Path]:
         if not current:
             stale.append(path)
     for path, record in found:
-        if record["commit"] != commit and record["kind"] in UNHASHED_CASE_KINDS:
+        if record["commit"] != commit and record["kind"] in UNHASHED_CASE_KINDS \
+                and path not in stale:
             seen = verdicts.get((record["commit"], record["case"]))
             if not seen or not all(seen):
                 stale.append(path)

@@ -431,8 +431,10 @@ def reproduction(ev: Evidence) -> list[str]:
     if any(c.endswith("-dirty") for c in commits):
         lines.append("WARNING: made from a working tree with uncommitted changes")
     if ev.stale:
-        lines.append("STALE: some of these records were made from other kernel sources, or "
-                     "another case config, than the current ones")
+        lines.append("STALE: some of these records were made from other kernel sources, "
+                     "another case config or another tile-table row than the current ones"
+                     + (f" (another row: {', '.join(f'{v} at {p}' for v, p in ev.retuned)})"
+                        if ev.retuned else ""))
     return lines
 
 

@@ -72,6 +72,9 @@ class Evidence:
     # would carry if made now (provenance.job_sha256).
     current_sha256: dict[tuple[str, str | None], str] = dataclasses.field(
         default_factory=dict)
+    # (variant, point) of the verify and time records made with another tile-table row than
+    # the table gives the point now (tile_table.cites_current).
+    retuned: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     @property
     def points(self) -> list[str]:
@@ -99,10 +102,12 @@ class Evidence:
     @property
     def stale(self) -> bool:
         """Whether a build or verification was made from other kernel sources, or another
-        slice of the case config, than the current ones."""
+        slice of the case config, than the current ones, or a verification or time with
+        another tile-table row."""
         made = {**{(v, None): r for v, r in self.builds.items()}, **self.verify}
-        return any(made[key]["sources_sha256"] != want
-                   for key, want in self.current_sha256.items() if key in made)
+        return bool(self.retuned) or any(
+            made[key]["sources_sha256"] != want
+            for key, want in self.current_sha256.items() if key in made)
 
     def power(self, variant: str, point: str) -> dict[str, Any] | None:
         """The check's power for what ``variant`` computes at ``point`` (the outputs its
@@ -180,11 +185,14 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
         sources.append(check["record"])  # relative to the sources, as the config says
         randomized.append({**check, **records.read(paths.SOURCE_ROOT / check["record"],
                                                    "randomized_check")})
+    verified = grid(variants, paths.verify_record, "verify")
+    timed = {k: honest_clock(r) for k, r in grid(variants, paths.time_record, "time").items()}
     return Evidence(
         case=case, target=target, spec=spec, env=env, host=host,
         builds={v: b for v, b in builds.items() if b is not None},
-        verify=grid(variants, paths.verify_record, "verify"),
-        time={k: honest_clock(r) for k, r in grid(variants, paths.time_record, "time").items()},
+        verify=verified, time=timed,
+        retuned=sorted({key for made in (verified, timed) for key, r in made.items()
+                        if not tile_table.cites_current(r, target, case, key[0])}),
         baselines={k: honest_clock(r) for k, r in grid(
             [b["name"] for b in spec["baselines"]], paths.baseline_record, "baseline").items()},
         noise_floor=read(paths.noise_floor_record(target), "noise_floor"),

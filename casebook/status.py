@@ -163,5 +163,6 @@ def badges(ev: Evidence) -> list[dict[str, str]]:
                                "record reached"})
     if ev.stale:
         found.append({"text": "STALE", "tone": "bad",
-                      "title": "records made from other kernel sources than these"})
+                      "title": "records made from other kernel sources, case config or "
+                               "tile-table rows than these"})
     return found

@@ -75,6 +75,17 @@ def apply(target: str, case: str, variant: str, point: str,
     return {**params, key: row[key]}, {**used, "applied": True}
 
 
+def cites_current(record: dict[str, Any], target: str, case: str, variant: str) -> bool:
+    """Whether ``record`` of ``variant`` (a lowering, verification, time or ablation
+    record, or one compare subject) cites the tile-table row ``apply`` would give its point
+    now (the same table file and row; neither, where no row applies)."""
+    try:
+        now = apply(target, case, variant, record["point"], record["params"])[1]
+    except CasebookError:
+        return False
+    return record.get("tile_table") == now
+
+
 def generate(target: str, case: str, record_paths: list[str], out: str) -> dict[str, Any]:
     """The table of ``target`` from its tile_choice records, written atomically; a record
     with no pick gives no row (its point runs the kernel's own choice) and is listed under

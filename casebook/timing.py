@@ -273,9 +273,12 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
     if not measured:
         samples_file.write_interleaved(samples_path, {})
         return records.write(out, "compare", {**body, "measured": False, "pairs": pairs})
-    plugin, workloads, bounds = job.plugin, {}, {}
+    plugin, workloads, bounds, tiles = job.plugin, {}, {}, {}
     for name in dict.fromkeys(p["variant"] for p in measured):
-        tuned = stage.load(case_dir, case, target, point, name).tuned
+        variant_job = stage.load(case_dir, case, target, point, name)
+        tuned = variant_job.tuned
+        if variant_job.tiles_from:
+            tiles[name] = variant_job.tiles_from
         runnable = plugin.kernel(name, tuned, "time", build_dir=job.build_dir)
         workloads[f"variant {name}"] = engine.Workload(
             runnable, lambda rng, tuned=tuned: plugin.make_inputs(tuned, rng),
@@ -294,7 +297,7 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
     first = next(iter(workloads.values())).runnable
     engine_settings = settings_for(first, settings)
     seed = verify.draw_seed()
-    body.update(seed=seed)
+    body.update(seed=seed, **({"tile_tables": tiles} if tiles else {}))
     try:
         result = engine.measure_interleaved(
             workloads, engine_settings,

@@ -30,6 +30,7 @@ from casebook import (
     paths,
     provenance,
     records,
+    tile_table,
 )
 from casebook.errors import CasebookError
 
@@ -680,3 +681,41 @@ def test_a_stopped_step_leaves_no_job_behind(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"job {pid} outlived its stopped step")
+
+
+def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatch):
+    """Whatever its commit, a time or compare record is kept only while the tile table
+    gives its point the row it ran with: one made at the default blocks before the
+    autotune picked others, or with another pick, is measured again."""
+    monkeypatch.chdir(tmp_path)
+    write_target_records(tmp_path, "h200")
+    folder = Path(paths.target_dir("h200")) / "splash_attention"
+    timed = job_record("time", HEAD)
+    compared = json.loads((paths.SOURCE_ROOT / "results/h200/splash_attention/compare/"
+                           "mha_causal_f16.json").read_text())
+    compared = {**compared, "commit": HEAD, "pairs": [{"variant": timed["variant"],
+                                                       "baseline": "b", "rounds": 5}]}
+    for name, record in {"time/v/p.json": timed, "compare/p.json": compared}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(record))
+
+    def dropped() -> list[str]:
+        return sorted(str(p.relative_to(folder)) for p in carry.not_current("h200", HEAD))
+
+    assert dropped() == []  # no table: none applies, none cited
+    table = Path(paths.tile_table("h200", "splash_attention"))
+    tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
+    table.write_text(yaml.safe_dump({"case": "splash_attention", "target": "h200", "rows": {
+        timed["variant"]: {timed["point"]: {
+            "key": "tiles", "tiles": tiles, "params": timed["params"], "record": "r.json",
+            "record_sha256": "0" * 64}}}}))
+    assert dropped() == ["compare/p.json", "time/v/p.json"]  # made before the pick
+    used = tile_table.apply("h200", "splash_attention", timed["variant"], timed["point"],
+                            timed["params"])[1]
+    (folder / "time/v/p.json").write_text(json.dumps({**timed, "tile_table": used}))
+    (folder / "compare/p.json").write_text(json.dumps(
+        {**compared, "tile_tables": {timed["variant"]: used}}))
+    assert dropped() == []
+    (folder / "time/v/p.json").write_text(json.dumps(
+        {**timed, "tile_table": {**used, "tuned": {**tiles, "stages": 2}}}))
+    assert dropped() == ["time/v/p.json"]  # another pick
