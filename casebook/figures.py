@@ -11,7 +11,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from casebook import cases, conditions, config, paths, records
+from casebook import cases, conditions, config, paths, records, scaling
 from casebook.drawing import face_label, outputs_of, plain_log_ticks, plt, save, time_unit
 from casebook.evidence import DOES_NOT_FIT, Evidence, gather, launch_name, lowered_launches
 
@@ -367,6 +367,9 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
         plans.append(("build", lambda path: build_figure(ev, path)))
     if verified_points:
         plans.append(("timing", lambda path: timing_figure(ev, path, verified_points)))
+        more, held = scaling.plans(ev, verified_points)
+        plans += more
+        withheld += held
     else:
         withheld.append({"figure": "timing", "reason": (
             "no point passed verification on this target: nothing is timed or published"
