@@ -7,43 +7,13 @@ the case passed verification, and the manifest says why.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib import ticker
-
-from casebook import cases, conditions, config, files, paths, records
+from casebook import cases, conditions, config, paths, records, scaling
+from casebook.drawing import face_label, outputs_of, plain_log_ticks, plt, save, time_unit
 from casebook.evidence import DOES_NOT_FIT, Evidence, gather, launch_name, lowered_launches
-
-plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
-
-
-def face_label(ev: Evidence, made: list[dict[str, Any]]) -> str:
-    """What every figure says on its face about where its numbers come from and what ran
-    to make them (the records ``made``): a numerics model, an interpreted kernel, ..."""
-    gpu = ev.host["gpus"][0]["name"] if ev.host["gpus"] else None
-    tpu = ev.host["tpus"][0]["name"] if ev.host.get("tpus") else None
-    where = f"{ev.target.upper()} ({gpu or tpu})" if gpu or tpu else \
-        f"{ev.target.upper()} (no GPU)"
-    interpreted = any(c.get("execution", {}).get("interpret") for r in made
-                      for c in r.get("checks", [r]))
-    mode = ("Pallas interpret mode on the host — not GPU time" if interpreted else
-            "on the GPU" if gpu else "on the TPU (device time)" if tpu else
-            "on the host CPU — not GPU time")
-    return " · ".join([where, *ev.subjects(made), mode])
-
-
-def _save(fig: plt.Figure, path: str) -> None:
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    plt.close(fig)
-    files.atomic_write_text(path, buffer.getvalue())
 
 
 def draw_correctness(ev: Evidence) -> plt.Figure:
@@ -77,7 +47,7 @@ def draw_correctness(ev: Evidence) -> plt.Figure:
 
 
 def correctness_figure(ev: Evidence, path: str) -> dict[str, Any]:
-    _save(draw_correctness(ev), path)
+    save(draw_correctness(ev), path)
     return {"title": "Worst error against tolerance",
             "caption": "Largest elementwise error over all random draws, divided by the "
                        "stated tolerance (below 1 passes); red bars failed."}
@@ -120,7 +90,7 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
     title = "Shared memory and registers" if registers else "Shared memory"
     fig.suptitle(f"{title} per configuration\nlowered for {targets} on "
                  f"{ev.target.upper()} · compiled, not run")
-    _save(fig, path)
+    save(fig, path)
     return {"title": f"{title} per configuration",
             "caption": "Dynamic shared memory of every compiled configuration, as its build "
                        "records it (the gpu.launch operand of a Mosaic GPU module; the "
@@ -130,31 +100,6 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
                           if registers else "")
                        + ". Points with identical resources share a bar; configurations "
                          "marked build-only are compiled here and run only on a GPU host."}
-
-
-def _outputs(record: dict[str, Any]) -> tuple[str, ...]:
-    """The outputs a verify record's (or a baseline's check's) kernel computed."""
-    checks = record.get("checks") or [record.get("check") or {}]
-    return tuple(dict.fromkeys(name for c in checks for name in c.get("outputs", {})))
-
-
-class PlainLog(ticker.LogFormatter):
-    """Log-axis tick labels as plain numbers ("30", "0.05"), never "3×10⁻²"."""
-
-    def _num_to_string(self, x, vmin, vmax):
-        return f"{x:g}"
-
-
-def plain_log_ticks(axis) -> None:
-    """Label a log axis's decades and, within a decade or two, some of its minor ticks,
-    in plain numbers."""
-    axis.set_major_formatter(PlainLog())
-    axis.set_minor_formatter(PlainLog(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-
-
-def time_unit(seconds: list[float]) -> tuple[str, float]:
-    """The unit a time axis reads in (µs below a millisecond, else ms) and its scale."""
-    return ("µs", 1e6) if max(seconds, default=0) < 1e-3 else ("ms", 1e3)
 
 
 def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
@@ -169,11 +114,11 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
 
     for (variant, point), record in ev.time.items():
         if point in points and record["timed"]:
-            add(_outputs(ev.verify.get((variant, point), {})), variant, point,
+            add(outputs_of(ev.verify.get((variant, point), {})), variant, point,
                 record["measurement"])
     for (name, point), record in ev.baselines.items():
         if point in points and record["timed"]:
-            add(_outputs(record), f"baseline: {name}", point, record["measurement"])
+            add(outputs_of(record), f"baseline: {name}", point, record["measurement"])
     groups = groups or {frozenset(): {}}
     # What was not timed says why where the bar would be: a baseline too big for the
     # device's memory is a result, not a gap.
@@ -233,7 +178,7 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
 
 
 def timing_figure(ev: Evidence, path: str, points: list[str]) -> dict[str, Any]:
-    _save(draw_timing(ev, points), path)
+    save(draw_timing(ev, points), path)
     said = {key: conditions.comparison_text(c) for key, c in conditions.comparisons(ev).items()}
     said.update(conditions.not_compared(ev))
     verdicts = "; ".join(f"{variant} against {name} @ {point}: {text}"
@@ -270,7 +215,7 @@ def contrast_figure(ev: Evidence, contrast: dict[str, Any], points: list[str],
     ax.legend(fontsize=7)
     made = [ev.time[(v, p)] for v in pair for p in points]
     ax.set_title(f"{contrast['title']}\n{face_label(ev, made)}")
-    _save(fig, path)
+    save(fig, path)
     facts = []
     for p in points:
         ratio = (ev.time[(pair[1], p)]["measurement"]["median_s"]
@@ -364,7 +309,7 @@ def ablation_figure(ev: Evidence, variant: str, points: list[str], path: str
     made = [r for _, by_point in series for r in by_point.values()]
     ax.set_title(f"Where the time goes: {variant}, one part off at a time\n"
                  f"{face_label(ev, made)}")
-    _save(fig, path)
+    save(fig, path)
     switched = "; ".join(f"{a['name']} switches off {a['switches_off']}"
                          for a in ev.spec["ablations"] if a["of"] == variant)
     facts = []
@@ -422,6 +367,9 @@ def run(case_dir: str, case: str, target: str, measured: Collection[str]) -> dic
         plans.append(("build", lambda path: build_figure(ev, path)))
     if verified_points:
         plans.append(("timing", lambda path: timing_figure(ev, path, verified_points)))
+        more, held = scaling.plans(ev, verified_points)
+        plans += more
+        withheld += held
     else:
         withheld.append({"figure": "timing", "reason": (
             "no point passed verification on this target: nothing is timed or published"
