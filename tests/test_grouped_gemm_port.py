@@ -91,3 +91,6 @@ def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     mainloop = sass.read(Path(facts["cubin"]), compile_port.KERNEL_NAME)
     assert mainloop["hgmma_per_k_tile"] == 4 and mainloop["fp8_unpacks_per_k_tile"] == 16
     assert mainloop["scale_multiplies_per_k_tile"] == (16 if mode == "scale_only" else 0)
+    if mode == "scale_only":  # the SASS that tests/test_grouped_gemm_sass.py reads is this
+        fixture = Path(__file__).parent / "data" / "grouped_gemm_sass" / "port_scale_only.sass"
+        assert mainloop == sass.facts(sass.kernel(fixture.read_text(), compile_port.KERNEL_NAME))

@@ -21,9 +21,9 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 
 Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
-on hardware, so not measured): fp8 is copied from shared memory to registers element by
-element, scales are read from global memory (L1/L2) rather than staged by TMA, and the
-epilogue stores from registers instead of through shared memory with TMA.
+on hardware, so not measured): scales are read from global memory (L1/L2) rather than
+staged by TMA, and the epilogue stores from registers instead of through shared memory
+with TMA.
 """
 
 
@@ -208,7 +208,6 @@ class GroupedMixedGemm:
         b_coords = thr_mma.partition_A(cute.make_identity_tensor((tile_n, tile_k)))
         acc_coords = thr_mma.partition_C(cute.make_identity_tensor((tile_n, tile_m)))
         acc = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float32)
-        narrow = cute.make_rmem_tensor(t_ra.shape, cutlass.Float8E5M2)
         scales = cute.make_rmem_tensor(t_ra.shape, cutlass.BFloat16)
         k_blocks = cute.size(t_ra, mode=[2])
         n_total = cute.size(m_scale, mode=[0])
@@ -219,15 +218,15 @@ class GroupedMixedGemm:
             acc.fill(0.0)
             for k_tile in cutlass.range(k_tiles):
                 ring.consumer_wait(state)
-                cute.autovec_copy(t_sb[(None, None, None, state.index)], narrow)
+                narrow = t_sb[(None, None, None, state.index)].load()
                 if cutlass.const_expr(self.scale_only):
                     chunk_idx = (k_tile * tile_k) // chunk
                     for i in cutlass.range_constexpr(cute.size(scales)):
                         n = n_tile * tile_n + b_coords[i][0]
                         scales[i] = m_scale[(cutlass.min(n, n_total - 1), chunk_idx, group)]
-                    t_ra.store(narrow.load().to(cutlass.BFloat16) * scales.load())
+                    t_ra.store(narrow.to(cutlass.BFloat16) * scales.load())
                 else:
-                    t_ra.store(narrow.load().to(cutlass.BFloat16))
+                    t_ra.store(narrow.to(cutlass.BFloat16))
                 warpgroup.fence()
                 for kb in cutlass.range_constexpr(k_blocks):
                     tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
