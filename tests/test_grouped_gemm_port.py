@@ -60,6 +60,17 @@ def test_mma_fragments_cover_the_cta_tile_exactly_once():
     assert b[:128, :, 0].max() == 63 and b[128:, :, 0].min() == 64
 
 
+@pytest.mark.parametrize("scale_only", [False, True])
+def test_the_ring_is_as_deep_as_shared_memory_allows(scale_only):
+    """Example 69's builder rule: stages of (tiles rounded up to 1024 B) + 16 B of barriers
+    fill the 232,448 B; one more would not fit."""
+    stages = port.GroupedMixedGemm(scale_only).stages
+    tile_n, tile_m, tile_k = port.TILE
+    stage = -(-(tile_n * tile_k + 2 * tile_m * tile_k) // 1024) * 1024 + 16
+    assert stages * stage <= schedule.SMEM_LIMIT_BYTES < (stages + 1) * stage
+    assert port.stage_count(10_240) == 22 and port.stage_count(10_240, 20_000) == 20
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"k": 528}, "k=528 must be a multiple of 64"),
     ({"chunk": 96}, "chunk=96 must be a multiple of 64"),
@@ -76,6 +87,7 @@ def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     assert facts["cubin"].endswith(".sm_90a.cubin")
     assert 0 < facts["dynamic_smem_bytes"] <= schedule.SMEM_LIMIT_BYTES
     assert facts["threads"] == port.THREADS
+    assert facts["stages"] == port.GroupedMixedGemm(mode == "scale_only").stages
     assert 0 < facts["registers_per_thread"] <= 255 and facts["local_bytes"] == 0
     # wgmma m64n16k16, bf16 inputs, fp32 accumulate: the mixed-input RS form (A registers).
     assert set(facts["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}

@@ -8,7 +8,8 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 
 - CTA tile 128 (N) × 16 (M) × 64 (K), as example 69; two consumer warpgroups of 64 rows of
   N each; one producer warp issues TMA loads of the fp8 B tile and the bf16 A tile into
-  a ring of STAGES shared-memory buffers (mbarrier pipeline); 384 threads per CTA.
+  a ring of shared-memory buffers (mbarrier pipeline) as deep as fits, by the rule of
+  example 69's builder (``stage_count``); 384 threads per CTA.
 - Persistent grouped schedule (``locate_tile``, the rule of ``schedule.locate``): a grid
   of at most one CTA per SM walks the tiles of every group; per-group M comes from two
   small device tensors (row offsets and tile offsets), so one compiled kernel serves any
@@ -38,9 +39,24 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from kernels.grouped_gemm_fp8_bf16 import schedule
 
 TILE = (schedule.TILE_N, schedule.TILE_M, schedule.TILE_K)
-STAGES = 8  # depth of the TMA ring: 8 × 10 KiB, well inside the limit (see smem_bytes)
+# CUTLASS's sm90 builders align each stage of a swizzled ring to the 128-byte swizzle's
+# 1024-byte atom and count a stage's full and empty mbarriers (8 bytes each) beside it.
+SMEM_ALIGNMENT, STAGE_BARRIER_BYTES = 1024, 16
 THREADS = 384  # one producer warpgroup (one warp issues TMA) + two consumer warpgroups
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg split, as CUTLASS's sm90
+
+
+def stage_count(stage_bytes: int, carveout_bytes: int = 0) -> int:
+    """The deepest ring that fits, by the rule of the builder that sizes example 69's ring
+    (CUTLASS's ``compute_stage_count_or_override_single_affine_transformed_input``): the
+    shared-memory capacity less the carve-out, both in whole alignment units, over a
+    stage's tiles rounded up to the alignment plus its barriers."""
+    def round_up(n):
+        return -(-n // SMEM_ALIGNMENT) * SMEM_ALIGNMENT
+
+    capacity = schedule.SMEM_LIMIT_BYTES // SMEM_ALIGNMENT * SMEM_ALIGNMENT
+    return (capacity - round_up(carveout_bytes)) // (round_up(stage_bytes)
+                                                      + STAGE_BARRIER_BYTES)
 
 
 @cute.jit
@@ -58,10 +74,13 @@ def locate_tile(tile, offsets, groups, n_tiles):
 class GroupedMixedGemm:
     """Host side (``__call__``, a ``@cute.jit``) and device side (``kernel``)."""
 
-    def __init__(self, scale_only: bool, stages: int = STAGES):
+    def __init__(self, scale_only: bool):
         self.scale_only = scale_only
-        self.stages = stages
         self.tile = TILE
+        tile_n, tile_m, tile_k = TILE
+        # A stage: the fp8 B tile and the bf16 A tile; nothing outside the ring.
+        self.stages = stage_count(tile_n * tile_k * cutlass.Float8E5M2.width // 8
+                                  + tile_m * tile_k * cutlass.BFloat16.width // 8)
 
     def make_tiled_mma(self) -> cute.TiledMma:
         """Two warpgroups along N, bf16 × bf16 → fp32, the A operand (converted B) from
