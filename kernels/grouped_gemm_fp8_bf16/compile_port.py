@@ -68,7 +68,7 @@ def compile_port(mode: str, out_dir: Path) -> dict:
     g, rows, sk, offs = (cute.sym_int() for _ in range(4))
     b = row_major(cutlass.Float8E5M2, (g, n, k), assumed_align=16)
     a = row_major(cutlass.BFloat16, (rows, k), assumed_align=16)
-    scale = row_major(cutlass.BFloat16, (g, sk, n))
+    scale = row_major(cutlass.BFloat16, (g, sk, n), assumed_align=16)
     c = row_major(cutlass.Float16, (rows, n))
     d = row_major(cutlass.Float16, (rows, n))
     row_offsets = row_major(cutlass.Int32, (offs,))

@@ -7,9 +7,10 @@ the activations A (M × K, bf16, K-major) its B operand. The narrow operand is c
 wgmma from registers (the RS form); the activations are read by wgmma from shared memory.
 
 - CTA tile 128 (N) × 16 (M) × 64 (K), as example 69; two consumer warpgroups of 64 rows of
-  N each; one producer warp issues TMA loads of the fp8 B tile and the bf16 A tile into
-  a ring of shared-memory buffers (mbarrier pipeline) as deep as fits, by the rule of
-  example 69's builder (``stage_count``); 384 threads per CTA.
+  N each; one producer warp issues TMA loads of the fp8 B tile, its row of bf16 scales
+  (ScaleOnly) and the bf16 A tile into a ring of shared-memory buffers (mbarrier
+  pipeline) as deep as fits, by the rule of example 69's builder (``stage_count``); 384
+  threads per CTA.
 - Persistent grouped schedule (``locate_tile``, the rule of ``schedule.locate``): a grid
   of at most one CTA per SM walks the tiles of every group; per-group M comes from two
   small device tensors (row offsets and tile offsets), so one compiled kernel serves any
@@ -22,9 +23,8 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 
 Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
-on hardware, so not measured): scales are read from global memory (L1/L2) rather than
-staged by TMA, and the epilogue stores from registers instead of through shared memory
-with TMA.
+on hardware, so not measured): the epilogue stores from registers instead of through
+shared memory with TMA.
 """
 
 
@@ -78,9 +78,12 @@ class GroupedMixedGemm:
         self.scale_only = scale_only
         self.tile = TILE
         tile_n, tile_m, tile_k = TILE
-        # A stage: the fp8 B tile and the bf16 A tile; nothing outside the ring.
-        self.stages = stage_count(tile_n * tile_k * cutlass.Float8E5M2.width // 8
-                                  + tile_m * tile_k * cutlass.BFloat16.width // 8)
+        # A stage: the fp8 B tile, the bf16 A tile and, in ScaleOnly, the B tile's row of
+        # bf16 scales; nothing outside the ring.
+        self.stages = stage_count(
+            tile_n * tile_k * cutlass.Float8E5M2.width // 8
+            + tile_m * tile_k * cutlass.BFloat16.width // 8
+            + scale_only * tile_n * cutlass.BFloat16.width // 8)
 
     def make_tiled_mma(self) -> cute.TiledMma:
         """Two warpgroups along N, bf16 × bf16 → fp32, the A operand (converted B) from
@@ -95,6 +98,8 @@ class GroupedMixedGemm:
         self.tiled_mma = self.make_tiled_mma()
         self.b_smem_layout = self._staged_layout(cutlass.Float8E5M2, tile_n, tile_k)
         self.a_smem_layout = self._staged_layout(cutlass.BFloat16, tile_m, tile_k)
+        # One scale per row of N for the K tile (a K tile lies in one chunk), N contiguous.
+        self.scale_smem_layout = cute.make_layout((tile_n, 1, self.stages))
 
     def _staged_layout(self, dtype, rows, tile_k):
         atom = warpgroup.make_smem_layout_atom(
@@ -112,6 +117,9 @@ class GroupedMixedGemm:
                 cutlass.Float8E5M2, cute.cosize(self.b_smem_layout)], 1024]
             a_tiles: cute.struct.Align[cute.struct.MemRange[
                 cutlass.BFloat16, cute.cosize(self.a_smem_layout)], 1024]
+            if self.scale_only:
+                scales: cute.struct.Align[cute.struct.MemRange[
+                    cutlass.BFloat16, cute.cosize(self.scale_smem_layout)], 128]
 
         return SharedStorage
 
@@ -135,21 +143,29 @@ class GroupedMixedGemm:
             cpasync.CopyBulkTensorTileG2SOp(), b, b_one, (tile_n, tile_k))
         tma_a, tma_a_tensor = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), a, a_one, (tile_m, tile_k))
-        self.storage = self.shared_storage()
         self.tx_bytes = (cute.size_in_bytes(cutlass.Float8E5M2, b_one)
                          + cute.size_in_bytes(cutlass.BFloat16, a_one))
-        self.kernel(tma_b, tma_b_tensor, tma_a, tma_a_tensor, scale, c, d, row_offsets,
-                    tile_offsets, alpha, beta, chunk, self.tiled_mma, self.b_smem_layout,
-                    self.a_smem_layout).launch(
+        tma_s, tma_s_tensor = None, None
+        if cutlass.const_expr(self.scale_only):
+            s_one = cute.slice_(self.scale_smem_layout, (None, None, 0))
+            tma_s, tma_s_tensor = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(), scale, s_one, (tile_n, 1))
+            self.tx_bytes += cute.size_in_bytes(cutlass.BFloat16, s_one)
+        self.storage = self.shared_storage()
+        self.kernel(tma_b, tma_b_tensor, tma_a, tma_a_tensor, tma_s, tma_s_tensor, c, d,
+                    row_offsets, tile_offsets, alpha, beta, chunk // tile_k, self.tiled_mma,
+                    self.b_smem_layout, self.a_smem_layout, self.scale_smem_layout).launch(
             grid=[grid_ctas, 1, 1], block=[THREADS, 1, 1], min_blocks_per_mp=1,
             smem=self.storage.size_in_bytes(), stream=stream)
 
     @cute.kernel
     def kernel(self, tma_b: cute.CopyAtom, m_b: cute.Tensor, tma_a: cute.CopyAtom,
-               m_a: cute.Tensor, m_scale: cute.Tensor, m_c: cute.Tensor, m_d: cute.Tensor,
-               row_offsets: cute.Tensor, tile_offsets: cute.Tensor, alpha: cutlass.Float32,
-               beta: cutlass.Float32, chunk: cutlass.Int32, tiled_mma: cute.TiledMma,
-               b_smem_layout: cute.ComposedLayout, a_smem_layout: cute.ComposedLayout):
+               m_a: cute.Tensor, tma_s: cute.CopyAtom | None, m_s: cute.Tensor | None,
+               m_c: cute.Tensor, m_d: cute.Tensor, row_offsets: cute.Tensor,
+               tile_offsets: cute.Tensor, alpha: cutlass.Float32, beta: cutlass.Float32,
+               chunk_tiles: cutlass.Int32, tiled_mma: cute.TiledMma,
+               b_smem_layout: cute.ComposedLayout, a_smem_layout: cute.ComposedLayout,
+               scale_smem_layout: cute.Layout):
         tile_n, tile_m, tile_k = self.tile
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -164,6 +180,8 @@ class GroupedMixedGemm:
         if warp == 0:
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_a)
+            if cutlass.const_expr(self.scale_only):
+                cpasync.prefetch_descriptor(tma_s)
 
         storage = cutlass.utils.SmemAllocator().allocate(self.storage)
         ring = pipeline.PipelineTmaAsync.create(
@@ -173,6 +191,9 @@ class GroupedMixedGemm:
             tx_count=self.tx_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         s_b = storage.b_tiles.get_tensor(b_smem_layout.outer, swizzle=b_smem_layout.inner)
         s_a = storage.a_tiles.get_tensor(a_smem_layout.outer, swizzle=a_smem_layout.inner)
+        s_s = None
+        if cutlass.const_expr(self.scale_only):
+            s_s = storage.scales.get_tensor(scale_smem_layout)
         cute.arch.sync_threads()
 
         if warpgroup_idx == 0:
@@ -201,19 +222,29 @@ class GroupedMixedGemm:
                                   tma_bar_ptr=barrier)
                         cute.copy(tma_a, t_ga[(None, k_tile)], t_sa[(None, state.index)],
                                   tma_bar_ptr=barrier)
+                        if cutlass.const_expr(self.scale_only):
+                            # The K tile's scale chunk, divided here as the example's
+                            # producer does (reload_factor), not in the consumers' loop.
+                            g_s = cute.local_tile(m_s[(None, None, group)], (tile_n, 1),
+                                                  (n_tile, k_tile // chunk_tiles))
+                            t_ss, t_gs = cpasync.tma_partition(
+                                tma_s, 0, cute.make_layout(1), cute.group_modes(s_s, 0, 2),
+                                cute.group_modes(g_s, 0, 2))
+                            cute.copy(tma_s, t_gs, t_ss[(None, state.index)],
+                                      tma_bar_ptr=barrier)
                         ring.producer_commit(state)
                         state.advance()
                     tile += ctas
                 ring.producer_tail(state)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-            self._consume(ring, s_b, s_a, m_scale, m_c, m_d, row_offsets, tile_offsets,
-                          alpha, beta, chunk, tiled_mma, cta, ctas, groups, n_tiles,
+            self._consume(ring, s_b, s_a, s_s, m_c, m_d, row_offsets, tile_offsets,
+                          alpha, beta, tiled_mma, cta, ctas, groups, n_tiles,
                           k_tiles, total_tiles, tidx - 128)
 
     @cute.jit
-    def _consume(self, ring, s_b, s_a, m_scale, m_c, m_d, row_offsets, tile_offsets, alpha,
-                 beta, chunk, tiled_mma, cta, ctas, groups, n_tiles, k_tiles, total_tiles,
+    def _consume(self, ring, s_b, s_a, s_s, m_c, m_d, row_offsets, tile_offsets, alpha,
+                 beta, tiled_mma, cta, ctas, groups, n_tiles, k_tiles, total_tiles,
                  thread):
         """The two consumer warpgroups: convert and scale B in registers, wgmma, epilogue."""
         tile_n, tile_m, tile_k = self.tile
@@ -229,20 +260,17 @@ class GroupedMixedGemm:
         acc = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float32)
         scales = cute.make_rmem_tensor(t_ra.shape, cutlass.BFloat16)
         k_blocks = cute.size(t_ra, mode=[2])
-        n_total = cute.size(m_scale, mode=[0])
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         tile = cta
         while tile < total_tiles:
             group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
             acc.fill(0.0)
-            for k_tile in cutlass.range(k_tiles):
+            for _ in cutlass.range(k_tiles):
                 ring.consumer_wait(state)
                 narrow = t_sb[(None, None, None, state.index)].load()
                 if cutlass.const_expr(self.scale_only):
-                    chunk_idx = (k_tile * tile_k) // chunk
                     for i in cutlass.range_constexpr(cute.size(scales)):
-                        n = n_tile * tile_n + b_coords[i][0]
-                        scales[i] = m_scale[(cutlass.min(n, n_total - 1), chunk_idx, group)]
+                        scales[i] = s_s[(b_coords[i][0], 0, state.index)]
                     t_ra.store(narrow.to(cutlass.BFloat16) * scales.load())
                 else:
                     t_ra.store(narrow.to(cutlass.BFloat16))
