@@ -11,6 +11,10 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
   (ScaleOnly) and the bf16 A tile into a ring of shared-memory buffers (mbarrier
   pipeline) as deep as fits, by the rule of example 69's builder (``stage_count``); 384
   threads per CTA.
+- Mainloop as the example's (``_mma_k_tile``): per k-block of 16, wait until at most 3
+  wgmma are in flight (the one that read the block's registers a K tile earlier has
+  retired), convert into them, fence, issue; a stage is released a K tile later, once
+  its last wgmma has retired.
 - Persistent grouped schedule (``locate_tile``, the rule of ``schedule.locate``): a grid
   of at most one CTA per SM walks the tiles of every group; per-group M comes from two
   small device tensors (row offsets and tile offsets), so one compiled kernel serves any
@@ -259,33 +263,61 @@ class GroupedMixedGemm:
         acc_coords = thr_mma.partition_C(cute.make_identity_tensor((tile_n, tile_m)))
         acc = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float32)
         scales = cute.make_rmem_tensor(t_ra.shape, cutlass.BFloat16)
-        k_blocks = cute.size(t_ra, mode=[2])
+        # The stage read next, and the stage released next: one K tile behind, since a
+        # stage is free only once the last wgmma reading it has retired.
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                               self.stages)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        # Whether the stage read next was seen full when tested, after the previous K
+        # tile's last wgmma was issued (the example's try-wait): then no wait is needed.
+        ready = cutlass.Boolean(False)
         tile = cta
         while tile < total_tiles:
             group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
             acc.fill(0.0)
-            for _ in cutlass.range(k_tiles):
-                ring.consumer_wait(state)
-                narrow = t_sb[(None, None, None, state.index)].load()
-                if cutlass.const_expr(self.scale_only):
-                    for i in cutlass.range_constexpr(cute.size(scales)):
-                        scales[i] = s_s[(b_coords[i][0], 0, state.index)]
-                    t_ra.store(narrow.to(cutlass.BFloat16) * scales.load())
-                else:
-                    t_ra.store(narrow.to(cutlass.BFloat16))
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(k_blocks):
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                    cute.gemm(tiled_mma, acc, t_ra[(None, None, kb)],
-                              t_rb[(None, None, kb, state.index)], acc)
-                warpgroup.commit_group()
-                warpgroup.wait_group(0)
-                ring.consumer_release(state)
+            self._mma_k_tile(ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales,
+                             acc, tiled_mma)
+            state.advance()
+            ready = ring.consumer_try_wait(state)
+            for _ in cutlass.range(k_tiles - 1):
+                self._mma_k_tile(ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales,
+                                 acc, tiled_mma)
                 state.advance()
+                ready = ring.consumer_try_wait(state)
+                # The previous K tile's wgmma retired at this one's last wait_group.
+                ring.consumer_release(release)
+                release.advance()
+            warpgroup.wait_group(0)
+            ring.consumer_release(release)
+            release.advance()
             self._epilogue(acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile,
                            alpha, beta)
             tile += ctas
+
+    @cute.jit
+    def _mma_k_tile(self, ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales, acc,
+                    tiled_mma):
+        """One K tile as example 69's mainloop issues it: per k-block of 16, wait until
+        the wgmma that last read that block's registers (the previous K tile's) has
+        retired, convert (and scale) the block into them, fence, issue its wgmma and
+        commit it, leaving up to k_blocks - 1 wgmma in flight."""
+        k_blocks = cute.size(t_ra, mode=[2])
+        ring.consumer_wait(state, ready)
+        narrow = t_sb[(None, None, None, state.index)].load()
+        if cutlass.const_expr(self.scale_only):
+            for i in cutlass.range_constexpr(cute.size(scales)):
+                scales[i] = s_s[(b_coords[i][0], 0, state.index)]
+        for kb in cutlass.range_constexpr(k_blocks):
+            warpgroup.wait_group(k_blocks - 1)
+            block = narrow[(None, None, kb)].to(cutlass.BFloat16)
+            if cutlass.const_expr(self.scale_only):
+                block = block * scales[(None, None, kb)].load()
+            t_ra[(None, None, kb)].store(block)
+            warpgroup.fence()
+            cute.gemm(tiled_mma, acc, t_ra[(None, None, kb)],
+                      t_rb[(None, None, kb, state.index)], acc)
+            warpgroup.commit_group()
 
     @cute.jit
     def _epilogue(self, acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile, alpha,
