@@ -47,8 +47,9 @@ def test_the_port_mainloop_as_compiled():
     assert facts["global_loads_per_k_tile"] == {}
     assert facts["local_memory_per_k_tile"] == {} and facts["local_memory_in_kernel"] == {}
     assert facts["runtime_divisions_per_k_tile"] == 0
-    assert facts["epilogue"] == "stores to global memory from registers"
-    assert facts["epilogue_stores"] == {"STG.E.U16": 8}
+    # D staged by stmatrix and stored by TMA; a group's partial last M tile from registers.
+    assert facts["epilogue"] == "TMA store from shared memory"
+    assert facts["epilogue_stores"] == {"STSM.16.MT88.4": 1, "UTMASTG.2D": 1, "STG.E.U16": 8}
     assert facts["register_split"] == {"DEALLOC": 40, "TRY_ALLOC": 232}
     assert facts["tma_descriptor_updates"] == 0
 

@@ -70,7 +70,7 @@ def compile_port(mode: str, out_dir: Path) -> dict:
     a = row_major(cutlass.BFloat16, (rows, k), assumed_align=16)
     scale = row_major(cutlass.BFloat16, (g, sk, n), assumed_align=16)
     c = row_major(cutlass.Float16, (rows, n))
-    d = row_major(cutlass.Float16, (rows, n))
+    d = row_major(cutlass.Float16, (rows, n), assumed_align=16)
     row_offsets = row_major(cutlass.Int32, (offs,))
     tile_offsets = row_major(cutlass.Int32, (offs,))
     gemm = port.GroupedMixedGemm(scale_only=mode == "scale_only")

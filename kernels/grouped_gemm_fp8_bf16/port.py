@@ -22,13 +22,16 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 - Groups are stacked: A, C and D are (sum M, ·) with each group's rows at its row offset
   (TMA loads of a tile that crosses into the next group read rows that the epilogue
   never stores); B is (N, K, groups); scales (N, ceil(K/c), groups), N contiguous.
-- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination, rounded
-  to f16, predicated stores to global.
+- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination (C read
+  from global memory), rounded to f16, staged in shared memory by stmatrix and stored by
+  TMA, as the example; a group's last M tile, when partial, by predicated stores from
+  registers (a TMA store of the stacked D would write the next group's rows).
 
 Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
-on hardware, so not measured): the epilogue stores from registers instead of through
-shared memory with TMA.
+on hardware, so not measured): fp8 bytes are repacked (PRMT) and their shared-memory
+addresses recomputed per K tile more than the example's; C is read from global memory
+rather than staged by TMA.
 """
 
 
@@ -38,7 +41,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
 from kernels.grouped_gemm_fp8_bf16 import schedule
 
@@ -83,11 +86,12 @@ class GroupedMixedGemm:
         self.tile = TILE
         tile_n, tile_m, tile_k = TILE
         # A stage: the fp8 B tile, the bf16 A tile and, in ScaleOnly, the B tile's row of
-        # bf16 scales; nothing outside the ring.
+        # bf16 scales; carved out beside the ring: the f16 D tile the epilogue stages.
         self.stages = stage_count(
             tile_n * tile_k * cutlass.Float8E5M2.width // 8
             + tile_m * tile_k * cutlass.BFloat16.width // 8
-            + scale_only * tile_n * cutlass.BFloat16.width // 8)
+            + scale_only * tile_n * cutlass.BFloat16.width // 8,
+            tile_n * tile_m * cutlass.Float16.width // 8)
 
     def make_tiled_mma(self) -> cute.TiledMma:
         """Two warpgroups along N, bf16 × bf16 → fp32, the A operand (converted B) from
@@ -97,6 +101,12 @@ class GroupedMixedGemm:
             cutlass.BFloat16, cutlass.BFloat16, k_major, k_major, cutlass.Float32,
             (2, 1, 1), tiler_mn=(64, self.tile[1]), a_source=warpgroup.OperandSource.RMEM)
 
+    def make_d_store(self, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
+        """The epilogue's f16 stores of the accumulators to shared memory: stmatrix x4,
+        transposed (the D tile is N contiguous, N the MMA's M), as the example's STSM."""
+        return cute.make_tiled_copy_C(
+            cute.make_copy_atom(warp.StMatrix8x8x16bOp(True, 4), cutlass.Float16), tiled_mma)
+
     def _setup(self):
         tile_n, tile_m, tile_k = self.tile
         self.tiled_mma = self.make_tiled_mma()
@@ -104,6 +114,8 @@ class GroupedMixedGemm:
         self.a_smem_layout = self._staged_layout(cutlass.BFloat16, tile_m, tile_k)
         # One scale per row of N for the K tile (a K tile lies in one chunk), N contiguous.
         self.scale_smem_layout = cute.make_layout((tile_n, 1, self.stages))
+        # The D tile, one (64 of N, 16 of M) half per consumer warpgroup, N contiguous.
+        self.d_smem_layout = cute.make_layout((tile_n // 2, tile_m, 2))
 
     def _staged_layout(self, dtype, rows, tile_k):
         atom = warpgroup.make_smem_layout_atom(
@@ -124,6 +136,8 @@ class GroupedMixedGemm:
             if self.scale_only:
                 scales: cute.struct.Align[cute.struct.MemRange[
                     cutlass.BFloat16, cute.cosize(self.scale_smem_layout)], 128]
+            d_tile: cute.struct.Align[cute.struct.MemRange[
+                cutlass.Float16, cute.cosize(self.d_smem_layout)], 128]
 
         return SharedStorage
 
@@ -155,21 +169,25 @@ class GroupedMixedGemm:
             tma_s, tma_s_tensor = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileG2SOp(), scale, s_one, (tile_n, 1))
             self.tx_bytes += cute.size_in_bytes(cutlass.BFloat16, s_one)
+        tma_d, tma_d_tensor = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(), d,
+            cute.slice_(self.d_smem_layout, (None, None, 0)), (tile_n // 2, tile_m))
         self.storage = self.shared_storage()
         self.kernel(tma_b, tma_b_tensor, tma_a, tma_a_tensor, tma_s, tma_s_tensor, c, d,
-                    row_offsets, tile_offsets, alpha, beta, chunk // tile_k, self.tiled_mma,
-                    self.b_smem_layout, self.a_smem_layout, self.scale_smem_layout).launch(
+                    tma_d, tma_d_tensor, row_offsets, tile_offsets, alpha, beta,
+                    chunk // tile_k, self.tiled_mma, self.b_smem_layout, self.a_smem_layout,
+                    self.scale_smem_layout, self.d_smem_layout).launch(
             grid=[grid_ctas, 1, 1], block=[THREADS, 1, 1], min_blocks_per_mp=1,
             smem=self.storage.size_in_bytes(), stream=stream)
 
     @cute.kernel
     def kernel(self, tma_b: cute.CopyAtom, m_b: cute.Tensor, tma_a: cute.CopyAtom,
                m_a: cute.Tensor, tma_s: cute.CopyAtom | None, m_s: cute.Tensor | None,
-               m_c: cute.Tensor, m_d: cute.Tensor, row_offsets: cute.Tensor,
-               tile_offsets: cute.Tensor, alpha: cutlass.Float32, beta: cutlass.Float32,
-               chunk_tiles: cutlass.Int32, tiled_mma: cute.TiledMma,
+               m_c: cute.Tensor, m_d: cute.Tensor, tma_d: cute.CopyAtom, m_dt: cute.Tensor,
+               row_offsets: cute.Tensor, tile_offsets: cute.Tensor, alpha: cutlass.Float32,
+               beta: cutlass.Float32, chunk_tiles: cutlass.Int32, tiled_mma: cute.TiledMma,
                b_smem_layout: cute.ComposedLayout, a_smem_layout: cute.ComposedLayout,
-               scale_smem_layout: cute.Layout):
+               scale_smem_layout: cute.Layout, d_smem_layout: cute.Layout):
         tile_n, tile_m, tile_k = self.tile
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -184,6 +202,7 @@ class GroupedMixedGemm:
         if warp == 0:
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_d)
             if cutlass.const_expr(self.scale_only):
                 cpasync.prefetch_descriptor(tma_s)
 
@@ -195,6 +214,11 @@ class GroupedMixedGemm:
             tx_count=self.tx_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         s_b = storage.b_tiles.get_tensor(b_smem_layout.outer, swizzle=b_smem_layout.inner)
         s_a = storage.a_tiles.get_tensor(a_smem_layout.outer, swizzle=a_smem_layout.inner)
+        # The D tile as (half n, m, warpgroup) for the TMA stores and as (n, m) for stmatrix.
+        s_d = storage.d_tile.get_tensor(d_smem_layout)
+        half = tile_n // 2
+        s_d_tile = storage.d_tile.get_tensor(cute.make_layout(
+            ((half, 2), tile_m), stride=((1, half * tile_m), half)))
         s_s = None
         if cutlass.const_expr(self.scale_only):
             s_s = storage.scales.get_tensor(scale_smem_layout)
@@ -242,14 +266,14 @@ class GroupedMixedGemm:
                 ring.producer_tail(state)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-            self._consume(ring, s_b, s_a, s_s, m_c, m_d, row_offsets, tile_offsets,
-                          alpha, beta, tiled_mma, cta, ctas, groups, n_tiles,
-                          k_tiles, total_tiles, tidx - 128)
+            self._consume(ring, s_b, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt, row_offsets,
+                          tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles,
+                          k_tiles, total_tiles, tidx - 128, warpgroup_idx - 1)
 
     @cute.jit
-    def _consume(self, ring, s_b, s_a, s_s, m_c, m_d, row_offsets, tile_offsets, alpha,
-                 beta, tiled_mma, cta, ctas, groups, n_tiles, k_tiles, total_tiles,
-                 thread):
+    def _consume(self, ring, s_b, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt, row_offsets,
+                 tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles, k_tiles,
+                 total_tiles, thread, warpgroup_idx):
         """The two consumer warpgroups: convert and scale B in registers, wgmma, epilogue."""
         tile_n, tile_m, tile_k = self.tile
         thr_mma = tiled_mma.get_slice(thread)
@@ -262,6 +286,10 @@ class GroupedMixedGemm:
         b_coords = thr_mma.partition_A(cute.make_identity_tensor((tile_n, tile_k)))
         acc_coords = thr_mma.partition_C(cute.make_identity_tensor((tile_n, tile_m)))
         acc = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float32)
+        d_frag = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float16)  # D, in f16
+        d_store = self.make_d_store(tiled_mma)
+        t_sd = d_store.get_slice(thread).partition_D(s_d_tile)
+        t_rd = d_store.get_slice(thread).retile(d_frag)
         scales = cute.make_rmem_tensor(t_ra.shape, cutlass.BFloat16)
         # The stage read next, and the stage released next: one K tile behind, since a
         # stage is free only once the last wgmma reading it has retired.
@@ -291,9 +319,12 @@ class GroupedMixedGemm:
             warpgroup.wait_group(0)
             ring.consumer_release(release)
             release.advance()
-            self._epilogue(acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile,
-                           alpha, beta)
+            self._epilogue(acc, acc_coords, d_frag, d_store, t_rd, t_sd, m_c, m_d, tma_d,
+                           m_dt, s_d, row_offsets, group, n_tile, m_tile, alpha, beta,
+                           warpgroup_idx, thread % 128 == 0)
             tile += ctas
+        if thread % 128 == 0:
+            cute.arch.cp_async_bulk_wait_group(0)  # this warpgroup's last D tile written
 
     @cute.jit
     def _mma_k_tile(self, ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales, acc,
@@ -320,16 +351,47 @@ class GroupedMixedGemm:
             warpgroup.commit_group()
 
     @cute.jit
-    def _epilogue(self, acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile, alpha,
-                  beta):
+    def _epilogue(self, acc, acc_coords, d_frag, d_store, t_rd, t_sd, m_c, m_d, tma_d, m_dt,
+                  s_d, row_offsets, group, n_tile, m_tile, alpha, beta, warpgroup_idx,
+                  issuer):
         """D = fma(alpha, acc, beta · C) in fp32 (CUTLASS's LinearCombination), rounded to
-        f16; rows of this group only."""
+        f16. A tile whose 16 rows all lie in the group goes through shared memory and a TMA
+        store, each warpgroup its 64 rows of N (the store clips N); the group's last tile,
+        when partial, is stored from registers, predicated, since a TMA store of the
+        stacked D would write the next group's rows."""
         tile_n, tile_m, _ = self.tile
-        row_end = row_offsets[group + 1]
+        half = tile_n // 2
+        row_start, row_end = row_offsets[group], row_offsets[group + 1]
         n_total = cute.size(m_d, mode=[0])
-        for i in cutlass.range_constexpr(cute.size(acc)):
-            n = n_tile * tile_n + acc_coords[i][0]
-            row = row_offsets[group] + m_tile * tile_m + acc_coords[i][1]
-            if n < n_total and row < row_end:
-                source = beta * m_c[(n, row)].to(cutlass.Float32)
-                m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
+        if row_start + (m_tile + 1) * tile_m <= row_end:
+            # Named barrier 1 + warpgroup: this warpgroup's 128 threads only (0 is the CTA's).
+            barrier_id, threads = 1 + warpgroup_idx, 128
+            if issuer:  # the half is free once its previous TMA store has read it
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                n = n_tile * tile_n + acc_coords[i][0]
+                row = row_start + m_tile * tile_m + acc_coords[i][1]
+                source = cutlass.Float32(0.0)  # beyond N: staged, then clipped by the store
+                if n < n_total:
+                    source = beta * m_c[(n, row)].to(cutlass.Float32)
+                d_frag[i] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
+            cute.copy(d_store, t_rd, t_sd)
+            cute.arch.fence_proxy("async.shared", space="cta")  # visible to the TMA store
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+            if issuer:
+                g_d = cute.local_tile(cute.domain_offset((0, row_start), m_dt),
+                                      (half, tile_m), (n_tile * 2 + warpgroup_idx, m_tile))
+                s_half, g_half = cpasync.tma_partition(
+                    tma_d, 0, cute.make_layout(1),
+                    cute.group_modes(s_d[(None, None, warpgroup_idx)], 0, 2),
+                    cute.group_modes(g_d, 0, 2))
+                cute.copy(tma_d, s_half, g_half)
+                cute.arch.cp_async_bulk_commit_group()
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                n = n_tile * tile_n + acc_coords[i][0]
+                row = row_start + m_tile * tile_m + acc_coords[i][1]
+                if n < n_total and row < row_end:
+                    source = beta * m_c[(n, row)].to(cutlass.Float32)
+                    m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
