@@ -5,7 +5,9 @@ intrinsic reached on the host aborts the whole process); prints JSON on stdout:
 
 - ``schedule M,M,... N``: every tile's (group, n tile, m tile) from ``port.locate_tile``;
 - ``layout``: the (n, k) coordinates of each consumer thread's converted-B fragment and
-  the (n, m) coordinates of its accumulators, from the port's tiled MMA.
+  the (n, m) coordinates of its accumulators, from the port's tiled MMA;
+- ``d_store``: for each consumer thread, in the order its epilogue's stmatrix copy takes
+  them, the index of each f16 accumulator value and the (n, m) it is stored to.
 """
 
 from __future__ import annotations
@@ -49,6 +51,27 @@ def fragment_coordinates(b_out: cute.Tensor, acc_out: cute.Tensor):
             acc_out[(thread, i, 1)] = acc[i][1]
 
 
+@cute.jit
+def d_store_sources(out: cute.Tensor):
+    gemm = port.GroupedMixedGemm(scale_only=True)
+    tiled_mma = gemm.make_tiled_mma()
+    d_store = gemm.make_d_store(tiled_mma)
+    tile_n, tile_m, _ = port.TILE
+    for thread in range(cutlass.Int32(CONSUMER_THREADS)):
+        acc = tiled_mma.get_slice(thread).partition_C(
+            cute.make_identity_tensor((tile_n, tile_m)))
+        index = cute.make_rmem_tensor(acc.shape, cutlass.Int32)
+        for i in cutlass.range_constexpr(cute.size(index)):
+            index[i] = i
+        taken = d_store.get_slice(thread).retile(index)
+        stored = d_store.get_slice(thread).partition_S(
+            cute.make_identity_tensor((tile_n, tile_m)))
+        for j in cutlass.range_constexpr(cute.size(taken)):
+            out[(thread, j, 0)] = taken[j]
+            out[(thread, j, 1)] = stored[j][0]
+            out[(thread, j, 2)] = stored[j][1]
+
+
 def main(check: str, *args: str) -> object:
     if check == "schedule":
         m, n = tuple(int(x) for x in args[0].split(",")), int(args[1])
@@ -58,6 +81,10 @@ def main(check: str, *args: str) -> object:
                    schedule.ceil_div(n, schedule.TILE_N))
         return out.tolist()
     tile_n, tile_m, tile_k = port.TILE
+    if check == "d_store":
+        out = np.full((CONSUMER_THREADS, tile_n * tile_m // CONSUMER_THREADS, 3), -1, np.int32)
+        d_store_sources(from_dlpack(out))
+        return out.tolist()
     b = np.full((CONSUMER_THREADS, tile_n * tile_k // CONSUMER_THREADS, 2), -1, np.int32)
     acc = np.full((CONSUMER_THREADS, tile_n * tile_m // CONSUMER_THREADS, 2), -1, np.int32)
     fragment_coordinates(from_dlpack(b), from_dlpack(acc))

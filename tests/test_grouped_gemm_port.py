@@ -55,9 +55,36 @@ def test_mma_fragments_cover_the_cta_tile_exactly_once():
         hits = np.zeros(shape, int)
         np.add.at(hits, (coords[:, 0], coords[:, 1]), 1)
         assert (hits == 1).all(), name
-    # Warpgroup 0 holds rows 0..63 of N, warpgroup 1 rows 64..127 (two along N).
-    b = np.array(got["b"])
-    assert b[:128, :, 0].max() == 63 and b[128:, :, 0].min() == 64
+    # Warpgroup 0 holds rows 0..63 of N, warpgroup 1 rows 64..127 (two along N), of B
+    # and of the accumulators (the epilogue stages each warpgroup's half of D apart).
+    for name in ("b", "acc"):
+        rows = np.array(got[name])[..., 0]
+        assert rows[:128].max() == 63 and rows[128:].min() == 64, name
+
+
+def test_the_epilogue_stores_each_accumulator_at_its_own_coordinates():
+    """The epilogue's stmatrix copy takes every f16 accumulator value once and stores it
+    at the (n, m) the MMA computed it for."""
+    acc = np.array(host_check("layout")["acc"])
+    stores = np.array(host_check("d_store"))
+    for thread in range(acc.shape[0]):
+        index, coords = stores[thread, :, 0], stores[thread, :, 1:]
+        assert sorted(index) == list(range(acc.shape[1]))
+        assert (acc[thread, index] == coords).all(), thread
+
+
+@pytest.mark.parametrize("scale_only", [False, True])
+def test_the_ring_is_as_deep_as_shared_memory_allows(scale_only):
+    """Example 69's builder rule: stages of (tiles, and in ScaleOnly a row of bf16 scales,
+    rounded up to 1024 B) + 16 B of barriers fill the 232,448 B less the epilogue's f16
+    D tile (4,096 B); one more would not fit."""
+    stages = port.GroupedMixedGemm(scale_only).stages
+    tile_n, tile_m, tile_k = port.TILE
+    tiles = tile_n * tile_k + 2 * tile_m * tile_k + scale_only * 2 * tile_n
+    stage = -(-tiles // 1024) * 1024 + 16
+    capacity = schedule.SMEM_LIMIT_BYTES - 2 * tile_n * tile_m
+    assert stages * stage <= capacity < (stages + 1) * stage
+    assert port.stage_count(10_240) == 22 and port.stage_count(10_240, 20_000) == 20
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -76,6 +103,7 @@ def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     assert facts["cubin"].endswith(".sm_90a.cubin")
     assert 0 < facts["dynamic_smem_bytes"] <= schedule.SMEM_LIMIT_BYTES
     assert facts["threads"] == port.THREADS
+    assert facts["stages"] == port.GroupedMixedGemm(mode == "scale_only").stages
     assert 0 < facts["registers_per_thread"] <= 255 and facts["local_bytes"] == 0
     # wgmma m64n16k16, bf16 inputs, fp32 accumulate: the mixed-input RS form (A registers).
     assert set(facts["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}
@@ -91,3 +119,6 @@ def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     mainloop = sass.read(Path(facts["cubin"]), compile_port.KERNEL_NAME)
     assert mainloop["hgmma_per_k_tile"] == 4 and mainloop["fp8_unpacks_per_k_tile"] == 16
     assert mainloop["scale_multiplies_per_k_tile"] == (16 if mode == "scale_only" else 0)
+    if mode == "scale_only":  # the SASS that tests/test_grouped_gemm_sass.py reads is this
+        fixture = Path(__file__).parent / "data" / "grouped_gemm_sass" / "port_scale_only.sass"
+        assert mainloop == sass.facts(sass.kernel(fixture.read_text(), compile_port.KERNEL_NAME))

@@ -1,11 +1,11 @@
 """Case 03's SASS facts (kernels/grouped_gemm_fp8_bf16/sass.py) on real SASS.
 
 The fixtures under tests/data/grouped_gemm_sass/ are lines captured by ``cuobjdump -sass``
-from the two ScaleOnly kernels as built at the port's 8-stage version (the port's cubin,
-example 69's harness with nvcc 13.0): each mainloop whole, with its addresses, and every
-kernel-wide line the facts read (setmaxnreg, TMA loads and stores, stores, local
-memory, HGMMA outside the mainloop); encodings stripped. The compiled kernels themselves
-are read in test_grouped_gemm_port.py and test_grouped_gemm_reference.py.
+from the two ScaleOnly kernels as built now (the port's cubin, example 69's harness with
+nvcc 13.0): each mainloop whole, with its addresses, and every kernel-wide line the facts
+read (setmaxnreg, TMA loads and stores, stores, local memory, HGMMA outside the mainloop);
+encodings stripped. test_grouped_gemm_port.py and test_grouped_gemm_reference.py check
+each fixture's facts against a fresh build.
 """
 
 from __future__ import annotations
@@ -31,20 +31,25 @@ def ex69() -> list[sass.Instruction]:
     return read("ex69_scale_only.sass", upstream.KERNEL_NAMES["scale_only"])
 
 
-def test_the_port_mainloop_as_compiled_at_8_stages():
+def test_the_port_mainloop_as_compiled():
     facts = sass.facts(port())
-    assert facts["mainloop_instructions"] == 251
+    assert facts["mainloop_instructions"] == 220
     assert facts["hgmma_forms"] == ["HGMMA.64x16x16.F32.BF16"]
-    assert facts["hgmma_per_k_tile"] == 4 and facts["hgmma_in_kernel"] == 4
+    # 4 per K tile in the loop; 8 in the kernel (the loop and its peeled first K tile).
+    assert facts["hgmma_per_k_tile"] == 4 and facts["hgmma_in_kernel"] == 8
     assert facts["hgmma_operand_a_in_registers"]
-    # One fence before all four wgmma, then wait until none is in flight.
-    assert facts["wgmma_fences_per_k_tile"] == 1 and facts["wgmma_wait_depths"] == [0]
-    assert facts["shared_loads_per_k_tile"] == {"LDS.U16": 16}
-    assert facts["global_loads_per_k_tile"] == {"LDG.E.U16": 2}  # the scales
-    assert facts["local_memory_per_k_tile"] == {"LDL.128": 1, "STL.128": 2}
-    assert facts["runtime_divisions_per_k_tile"] == 1
-    assert facts["epilogue"] == "stores to global memory from registers"
-    assert facts["epilogue_stores"] == {"STG.E.U16": 8}
+    # A fence per wgmma, each wait leaving three in flight, as the example.
+    assert facts["wgmma_fences_per_k_tile"] == 4 and facts["wgmma_wait_depths"] == [3] * 4
+    # A try-wait on the next stage after the K tile's last wgmma, then its wait.
+    assert facts["barrier_waits_per_k_tile"] == 2 and facts["barrier_arrivals_per_k_tile"] == 1
+    # B and its scales, staged by TMA beside B as the example stages them.
+    assert facts["shared_loads_per_k_tile"] == {"LDS.U16": 18}
+    assert facts["global_loads_per_k_tile"] == {}
+    assert facts["local_memory_per_k_tile"] == {} and facts["local_memory_in_kernel"] == {}
+    assert facts["runtime_divisions_per_k_tile"] == 0
+    # D staged by stmatrix and stored by TMA; a group's partial last M tile from registers.
+    assert facts["epilogue"] == "TMA store from shared memory"
+    assert facts["epilogue_stores"] == {"STSM.16.MT88.4": 1, "UTMASTG.2D": 1, "STG.E.U16": 8}
     assert facts["register_split"] == {"DEALLOC": 40, "TRY_ALLOC": 232}
     assert facts["tma_descriptor_updates"] == 0
 
@@ -92,3 +97,75 @@ def test_a_kernel_name_must_match_exactly_one_function():
         sass.kernel(text, "no such kernel")
     with pytest.raises(ValueError, match="2 functions"):
         sass.kernel(text + text.replace(": kernel_", ": copy_kernel_"), compile_port.KERNEL_NAME)
+
+
+def _written(instruction: sass.Instruction) -> set[int]:
+    """The general registers an instruction writes (its first operand, widened by .64,
+    .128 and .WIDE); none for stores, barriers, branches and wgmma."""
+    if instruction.opcode.startswith(("ST", "SYNCS", "BRA", "WARPGROUP", "HGMMA", "U")):
+        return set()
+    first = instruction.operands.split(",")[0].strip()
+    if not first.startswith("R") or first == "RZ":
+        return set()
+    width = 4 if ".128" in instruction.opcode else 2 if (
+        ".64" in instruction.opcode or ".WIDE" in instruction.opcode) else 1
+    return set(range(int(first[1:].split(".")[0]), int(first[1:].split(".")[0]) + width))
+
+
+@pytest.mark.parametrize("kernel", [port, ex69], ids=["port", "ex69"])
+def test_no_register_or_stage_is_reused_while_a_wgmma_may_read_it(kernel):
+    """The races pipelining can bring, which no CPU run would show. In the mainloop (a
+    cycle: the example's starts at its first wgmma, its registers written at the end of
+    the pass before), each wgmma's A registers are written only after a wait that
+    retires the wgmma that read them one pass earlier; and the stage is released after a
+    wait that leaves in flight only wgmma of this pass, so every wgmma reading the
+    previous K tile's stage has retired (both kernels release that one, a K tile
+    behind)."""
+    loop = sass.mainloop(kernel())
+    hgmma = [n for n, i in enumerate(loop) if i.opcode.startswith("HGMMA")]
+    waits = [n for n, i in enumerate(loop) if i.opcode == "WARPGROUP.DEPBAR.LE"]
+
+    def depth(wait: int) -> int:
+        return int(loop[wait].operands.rsplit(",", 1)[1], 16)
+
+    for n in hgmma:
+        base = int(loop[n].operands.split(",")[1].strip()[1:])
+        wait = max((w for w in waits if w < n), default=waits[-1])  # cyclically before
+        # The wgmma issued after this one's previous pass and before the wait: the wait
+        # retires that pass's unless more than these may stay in flight.
+        newer = sum(h > n or h < wait if wait < n else n < h < wait for h in hgmma)
+        assert depth(wait) <= newer, loop[n]
+        writes = [m for m, i in enumerate(loop) if _written(i) & set(range(base, base + 4))]
+        between = [wait < m < n if wait < n else m > wait or m < n for m in writes]
+        assert writes and all(between), (loop[n], writes)
+    (release,) = [n for n, i in enumerate(loop) if i.opcode.startswith("SYNCS.ARRIVE")]
+    wait = max(w for w in waits if w < release)
+    assert depth(wait) <= sum(h < wait for h in hgmma)
+
+
+def _mutated(change: str) -> list[sass.Instruction]:
+    """The port's SASS with its mainloop made racy (addresses kept in order)."""
+    instructions = port()
+    loop = sass.mainloop(instructions)
+    start = instructions.index(loop[0])
+    waits = [i for i in loop if i.opcode == "WARPGROUP.DEPBAR.LE"]
+    body = list(loop)
+    if change == "release_before_last_wait":
+        (release,) = [i for i in body if i.opcode.startswith("SYNCS.ARRIVE")]
+        body.remove(release)
+        body.insert(body.index(waits[-1]), release)
+    elif change.startswith("wait_dropped_"):
+        body.remove(waits[int(change[-1])])
+    else:  # one more wgmma left in flight at every wait
+        body = [sass.Instruction(i.address, i.predicate, i.opcode, i.operands.replace(
+            "0x3", "0x4")) if i in waits else i for i in body]
+    body = [sass.Instruction(a.address, b.predicate, b.opcode, b.operands)
+            for a, b in zip(loop, body, strict=False)]
+    return instructions[:start] + body + instructions[start + len(loop):]
+
+
+@pytest.mark.parametrize("change", ["release_before_last_wait", "wait_dropped_0",
+                                    "wait_dropped_3", "depth_4"])
+def test_the_race_check_catches_a_racy_mainloop(change):
+    with pytest.raises(AssertionError):
+        test_no_register_or_stage_is_reused_while_a_wgmma_may_read_it(lambda: _mutated(change))

@@ -7,8 +7,14 @@ the activations A (M × K, bf16, K-major) its B operand. The narrow operand is c
 wgmma from registers (the RS form); the activations are read by wgmma from shared memory.
 
 - CTA tile 128 (N) × 16 (M) × 64 (K), as example 69; two consumer warpgroups of 64 rows of
-  N each; one producer warp issues TMA loads of the fp8 B tile and the bf16 A tile into
-  a ring of STAGES shared-memory buffers (mbarrier pipeline); 384 threads per CTA.
+  N each; one producer warp issues TMA loads of the fp8 B tile, its row of bf16 scales
+  (ScaleOnly) and the bf16 A tile into a ring of shared-memory buffers (mbarrier
+  pipeline) as deep as fits, by the rule of example 69's builder (``stage_count``); 384
+  threads per CTA.
+- Mainloop as the example's (``_mma_k_tile``): per k-block of 16, wait until at most 3
+  wgmma are in flight (the one that read the block's registers a K tile earlier has
+  retired), convert into them, fence, issue; a stage is released a K tile later, once
+  its last wgmma has retired.
 - Persistent grouped schedule (``locate_tile``, the rule of ``schedule.locate``): a grid
   of at most one CTA per SM walks the tiles of every group; per-group M comes from two
   small device tensors (row offsets and tile offsets), so one compiled kernel serves any
@@ -16,14 +22,16 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 - Groups are stacked: A, C and D are (sum M, ·) with each group's rows at its row offset
   (TMA loads of a tile that crosses into the next group read rows that the epilogue
   never stores); B is (N, K, groups); scales (N, ceil(K/c), groups), N contiguous.
-- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination, rounded
-  to f16, predicated stores to global.
+- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination (C read
+  from global memory), rounded to f16, staged in shared memory by stmatrix and stored by
+  TMA, as the example; a group's last M tile, when partial, by predicated stores from
+  registers (a TMA store of the stacked D would write the next group's rows).
 
 Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
-on hardware, so not measured): fp8 is copied from shared memory to registers element by
-element, scales are read from global memory (L1/L2) rather than staged by TMA, and the
-epilogue stores from registers instead of through shared memory with TMA.
+on hardware, so not measured): fp8 bytes are repacked (PRMT) and their shared-memory
+addresses recomputed per K tile more than the example's; C is read from global memory
+rather than staged by TMA.
 """
 
 
@@ -33,14 +41,29 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
 from kernels.grouped_gemm_fp8_bf16 import schedule
 
 TILE = (schedule.TILE_N, schedule.TILE_M, schedule.TILE_K)
-STAGES = 8  # depth of the TMA ring: 8 × 10 KiB, well inside the limit (see smem_bytes)
+# CUTLASS's sm90 builders align each stage of a swizzled ring to the 128-byte swizzle's
+# 1024-byte atom and count a stage's full and empty mbarriers (8 bytes each) beside it.
+SMEM_ALIGNMENT, STAGE_BARRIER_BYTES = 1024, 16
 THREADS = 384  # one producer warpgroup (one warp issues TMA) + two consumer warpgroups
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg split, as CUTLASS's sm90
+
+
+def stage_count(stage_bytes: int, carveout_bytes: int = 0) -> int:
+    """The deepest ring that fits, by the rule of the builder that sizes example 69's ring
+    (CUTLASS's ``compute_stage_count_or_override_single_affine_transformed_input``): the
+    shared-memory capacity less the carve-out, both in whole alignment units, over a
+    stage's tiles rounded up to the alignment plus its barriers."""
+    def round_up(n):
+        return -(-n // SMEM_ALIGNMENT) * SMEM_ALIGNMENT
+
+    capacity = schedule.SMEM_LIMIT_BYTES // SMEM_ALIGNMENT * SMEM_ALIGNMENT
+    return (capacity - round_up(carveout_bytes)) // (round_up(stage_bytes)
+                                                      + STAGE_BARRIER_BYTES)
 
 
 @cute.jit
@@ -58,10 +81,17 @@ def locate_tile(tile, offsets, groups, n_tiles):
 class GroupedMixedGemm:
     """Host side (``__call__``, a ``@cute.jit``) and device side (``kernel``)."""
 
-    def __init__(self, scale_only: bool, stages: int = STAGES):
+    def __init__(self, scale_only: bool):
         self.scale_only = scale_only
-        self.stages = stages
         self.tile = TILE
+        tile_n, tile_m, tile_k = TILE
+        # A stage: the fp8 B tile, the bf16 A tile and, in ScaleOnly, the B tile's row of
+        # bf16 scales; carved out beside the ring: the f16 D tile the epilogue stages.
+        self.stages = stage_count(
+            tile_n * tile_k * cutlass.Float8E5M2.width // 8
+            + tile_m * tile_k * cutlass.BFloat16.width // 8
+            + scale_only * tile_n * cutlass.BFloat16.width // 8,
+            tile_n * tile_m * cutlass.Float16.width // 8)
 
     def make_tiled_mma(self) -> cute.TiledMma:
         """Two warpgroups along N, bf16 × bf16 → fp32, the A operand (converted B) from
@@ -71,11 +101,21 @@ class GroupedMixedGemm:
             cutlass.BFloat16, cutlass.BFloat16, k_major, k_major, cutlass.Float32,
             (2, 1, 1), tiler_mn=(64, self.tile[1]), a_source=warpgroup.OperandSource.RMEM)
 
+    def make_d_store(self, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
+        """The epilogue's f16 stores of the accumulators to shared memory: stmatrix x4,
+        transposed (the D tile is N contiguous, N the MMA's M), as the example's STSM."""
+        return cute.make_tiled_copy_C(
+            cute.make_copy_atom(warp.StMatrix8x8x16bOp(True, 4), cutlass.Float16), tiled_mma)
+
     def _setup(self):
         tile_n, tile_m, tile_k = self.tile
         self.tiled_mma = self.make_tiled_mma()
         self.b_smem_layout = self._staged_layout(cutlass.Float8E5M2, tile_n, tile_k)
         self.a_smem_layout = self._staged_layout(cutlass.BFloat16, tile_m, tile_k)
+        # One scale per row of N for the K tile (a K tile lies in one chunk), N contiguous.
+        self.scale_smem_layout = cute.make_layout((tile_n, 1, self.stages))
+        # The D tile, one (64 of N, 16 of M) half per consumer warpgroup, N contiguous.
+        self.d_smem_layout = cute.make_layout((tile_n // 2, tile_m, 2))
 
     def _staged_layout(self, dtype, rows, tile_k):
         atom = warpgroup.make_smem_layout_atom(
@@ -93,6 +133,11 @@ class GroupedMixedGemm:
                 cutlass.Float8E5M2, cute.cosize(self.b_smem_layout)], 1024]
             a_tiles: cute.struct.Align[cute.struct.MemRange[
                 cutlass.BFloat16, cute.cosize(self.a_smem_layout)], 1024]
+            if self.scale_only:
+                scales: cute.struct.Align[cute.struct.MemRange[
+                    cutlass.BFloat16, cute.cosize(self.scale_smem_layout)], 128]
+            d_tile: cute.struct.Align[cute.struct.MemRange[
+                cutlass.Float16, cute.cosize(self.d_smem_layout)], 128]
 
         return SharedStorage
 
@@ -116,21 +161,33 @@ class GroupedMixedGemm:
             cpasync.CopyBulkTensorTileG2SOp(), b, b_one, (tile_n, tile_k))
         tma_a, tma_a_tensor = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), a, a_one, (tile_m, tile_k))
-        self.storage = self.shared_storage()
         self.tx_bytes = (cute.size_in_bytes(cutlass.Float8E5M2, b_one)
                          + cute.size_in_bytes(cutlass.BFloat16, a_one))
-        self.kernel(tma_b, tma_b_tensor, tma_a, tma_a_tensor, scale, c, d, row_offsets,
-                    tile_offsets, alpha, beta, chunk, self.tiled_mma, self.b_smem_layout,
-                    self.a_smem_layout).launch(
+        tma_s, tma_s_tensor = None, None
+        if cutlass.const_expr(self.scale_only):
+            s_one = cute.slice_(self.scale_smem_layout, (None, None, 0))
+            tma_s, tma_s_tensor = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(), scale, s_one, (tile_n, 1))
+            self.tx_bytes += cute.size_in_bytes(cutlass.BFloat16, s_one)
+        tma_d, tma_d_tensor = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(), d,
+            cute.slice_(self.d_smem_layout, (None, None, 0)), (tile_n // 2, tile_m))
+        self.storage = self.shared_storage()
+        self.kernel(tma_b, tma_b_tensor, tma_a, tma_a_tensor, tma_s, tma_s_tensor, c, d,
+                    tma_d, tma_d_tensor, row_offsets, tile_offsets, alpha, beta,
+                    chunk // tile_k, self.tiled_mma, self.b_smem_layout, self.a_smem_layout,
+                    self.scale_smem_layout, self.d_smem_layout).launch(
             grid=[grid_ctas, 1, 1], block=[THREADS, 1, 1], min_blocks_per_mp=1,
             smem=self.storage.size_in_bytes(), stream=stream)
 
     @cute.kernel
     def kernel(self, tma_b: cute.CopyAtom, m_b: cute.Tensor, tma_a: cute.CopyAtom,
-               m_a: cute.Tensor, m_scale: cute.Tensor, m_c: cute.Tensor, m_d: cute.Tensor,
+               m_a: cute.Tensor, tma_s: cute.CopyAtom | None, m_s: cute.Tensor | None,
+               m_c: cute.Tensor, m_d: cute.Tensor, tma_d: cute.CopyAtom, m_dt: cute.Tensor,
                row_offsets: cute.Tensor, tile_offsets: cute.Tensor, alpha: cutlass.Float32,
-               beta: cutlass.Float32, chunk: cutlass.Int32, tiled_mma: cute.TiledMma,
-               b_smem_layout: cute.ComposedLayout, a_smem_layout: cute.ComposedLayout):
+               beta: cutlass.Float32, chunk_tiles: cutlass.Int32, tiled_mma: cute.TiledMma,
+               b_smem_layout: cute.ComposedLayout, a_smem_layout: cute.ComposedLayout,
+               scale_smem_layout: cute.Layout, d_smem_layout: cute.Layout):
         tile_n, tile_m, tile_k = self.tile
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -145,6 +202,9 @@ class GroupedMixedGemm:
         if warp == 0:
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_d)
+            if cutlass.const_expr(self.scale_only):
+                cpasync.prefetch_descriptor(tma_s)
 
         storage = cutlass.utils.SmemAllocator().allocate(self.storage)
         ring = pipeline.PipelineTmaAsync.create(
@@ -154,6 +214,14 @@ class GroupedMixedGemm:
             tx_count=self.tx_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         s_b = storage.b_tiles.get_tensor(b_smem_layout.outer, swizzle=b_smem_layout.inner)
         s_a = storage.a_tiles.get_tensor(a_smem_layout.outer, swizzle=a_smem_layout.inner)
+        # The D tile as (half n, m, warpgroup) for the TMA stores and as (n, m) for stmatrix.
+        s_d = storage.d_tile.get_tensor(d_smem_layout)
+        half = tile_n // 2
+        s_d_tile = storage.d_tile.get_tensor(cute.make_layout(
+            ((half, 2), tile_m), stride=((1, half * tile_m), half)))
+        s_s = None
+        if cutlass.const_expr(self.scale_only):
+            s_s = storage.scales.get_tensor(scale_smem_layout)
         cute.arch.sync_threads()
 
         if warpgroup_idx == 0:
@@ -182,20 +250,30 @@ class GroupedMixedGemm:
                                   tma_bar_ptr=barrier)
                         cute.copy(tma_a, t_ga[(None, k_tile)], t_sa[(None, state.index)],
                                   tma_bar_ptr=barrier)
+                        if cutlass.const_expr(self.scale_only):
+                            # The K tile's scale chunk, divided here as the example's
+                            # producer does (reload_factor), not in the consumers' loop.
+                            g_s = cute.local_tile(m_s[(None, None, group)], (tile_n, 1),
+                                                  (n_tile, k_tile // chunk_tiles))
+                            t_ss, t_gs = cpasync.tma_partition(
+                                tma_s, 0, cute.make_layout(1), cute.group_modes(s_s, 0, 2),
+                                cute.group_modes(g_s, 0, 2))
+                            cute.copy(tma_s, t_gs, t_ss[(None, state.index)],
+                                      tma_bar_ptr=barrier)
                         ring.producer_commit(state)
                         state.advance()
                     tile += ctas
                 ring.producer_tail(state)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-            self._consume(ring, s_b, s_a, m_scale, m_c, m_d, row_offsets, tile_offsets,
-                          alpha, beta, chunk, tiled_mma, cta, ctas, groups, n_tiles,
-                          k_tiles, total_tiles, tidx - 128)
+            self._consume(ring, s_b, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt, row_offsets,
+                          tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles,
+                          k_tiles, total_tiles, tidx - 128, warpgroup_idx - 1)
 
     @cute.jit
-    def _consume(self, ring, s_b, s_a, m_scale, m_c, m_d, row_offsets, tile_offsets, alpha,
-                 beta, chunk, tiled_mma, cta, ctas, groups, n_tiles, k_tiles, total_tiles,
-                 thread):
+    def _consume(self, ring, s_b, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt, row_offsets,
+                 tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles, k_tiles,
+                 total_tiles, thread, warpgroup_idx):
         """The two consumer warpgroups: convert and scale B in registers, wgmma, epilogue."""
         tile_n, tile_m, tile_k = self.tile
         thr_mma = tiled_mma.get_slice(thread)
@@ -208,50 +286,112 @@ class GroupedMixedGemm:
         b_coords = thr_mma.partition_A(cute.make_identity_tensor((tile_n, tile_k)))
         acc_coords = thr_mma.partition_C(cute.make_identity_tensor((tile_n, tile_m)))
         acc = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float32)
-        narrow = cute.make_rmem_tensor(t_ra.shape, cutlass.Float8E5M2)
+        d_frag = cute.make_rmem_tensor(acc_coords.shape, cutlass.Float16)  # D, in f16
+        d_store = self.make_d_store(tiled_mma)
+        t_sd = d_store.get_slice(thread).partition_D(s_d_tile)
+        t_rd = d_store.get_slice(thread).retile(d_frag)
         scales = cute.make_rmem_tensor(t_ra.shape, cutlass.BFloat16)
-        k_blocks = cute.size(t_ra, mode=[2])
-        n_total = cute.size(m_scale, mode=[0])
+        # The stage read next, and the stage released next: one K tile behind, since a
+        # stage is free only once the last wgmma reading it has retired.
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                               self.stages)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        # Whether the stage read next was seen full when tested, after the previous K
+        # tile's last wgmma was issued (the example's try-wait): then no wait is needed.
+        ready = cutlass.Boolean(False)
         tile = cta
         while tile < total_tiles:
             group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
             acc.fill(0.0)
-            for k_tile in cutlass.range(k_tiles):
-                ring.consumer_wait(state)
-                cute.autovec_copy(t_sb[(None, None, None, state.index)], narrow)
-                if cutlass.const_expr(self.scale_only):
-                    chunk_idx = (k_tile * tile_k) // chunk
-                    for i in cutlass.range_constexpr(cute.size(scales)):
-                        n = n_tile * tile_n + b_coords[i][0]
-                        scales[i] = m_scale[(cutlass.min(n, n_total - 1), chunk_idx, group)]
-                    t_ra.store(narrow.load().to(cutlass.BFloat16) * scales.load())
-                else:
-                    t_ra.store(narrow.load().to(cutlass.BFloat16))
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(k_blocks):
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                    cute.gemm(tiled_mma, acc, t_ra[(None, None, kb)],
-                              t_rb[(None, None, kb, state.index)], acc)
-                warpgroup.commit_group()
-                warpgroup.wait_group(0)
-                ring.consumer_release(state)
+            self._mma_k_tile(ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales,
+                             acc, tiled_mma)
+            state.advance()
+            ready = ring.consumer_try_wait(state)
+            for _ in cutlass.range(k_tiles - 1):
+                self._mma_k_tile(ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales,
+                                 acc, tiled_mma)
                 state.advance()
-            self._epilogue(acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile,
-                           alpha, beta)
+                ready = ring.consumer_try_wait(state)
+                # The previous K tile's wgmma retired at this one's last wait_group.
+                ring.consumer_release(release)
+                release.advance()
+            warpgroup.wait_group(0)
+            ring.consumer_release(release)
+            release.advance()
+            self._epilogue(acc, acc_coords, d_frag, d_store, t_rd, t_sd, m_c, m_d, tma_d,
+                           m_dt, s_d, row_offsets, group, n_tile, m_tile, alpha, beta,
+                           warpgroup_idx, thread % 128 == 0)
             tile += ctas
+        if thread % 128 == 0:
+            cute.arch.cp_async_bulk_wait_group(0)  # this warpgroup's last D tile written
 
     @cute.jit
-    def _epilogue(self, acc, acc_coords, m_c, m_d, row_offsets, group, n_tile, m_tile, alpha,
-                  beta):
+    def _mma_k_tile(self, ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales, acc,
+                    tiled_mma):
+        """One K tile as example 69's mainloop issues it: per k-block of 16, wait until
+        the wgmma that last read that block's registers (the previous K tile's) has
+        retired, convert (and scale) the block into them, fence, issue its wgmma and
+        commit it, leaving up to k_blocks - 1 wgmma in flight."""
+        k_blocks = cute.size(t_ra, mode=[2])
+        ring.consumer_wait(state, ready)
+        narrow = t_sb[(None, None, None, state.index)].load()
+        if cutlass.const_expr(self.scale_only):
+            for i in cutlass.range_constexpr(cute.size(scales)):
+                scales[i] = s_s[(b_coords[i][0], 0, state.index)]
+        for kb in cutlass.range_constexpr(k_blocks):
+            warpgroup.wait_group(k_blocks - 1)
+            block = narrow[(None, None, kb)].to(cutlass.BFloat16)
+            if cutlass.const_expr(self.scale_only):
+                block = block * scales[(None, None, kb)].load()
+            t_ra[(None, None, kb)].store(block)
+            warpgroup.fence()
+            cute.gemm(tiled_mma, acc, t_ra[(None, None, kb)],
+                      t_rb[(None, None, kb, state.index)], acc)
+            warpgroup.commit_group()
+
+    @cute.jit
+    def _epilogue(self, acc, acc_coords, d_frag, d_store, t_rd, t_sd, m_c, m_d, tma_d, m_dt,
+                  s_d, row_offsets, group, n_tile, m_tile, alpha, beta, warpgroup_idx,
+                  issuer):
         """D = fma(alpha, acc, beta · C) in fp32 (CUTLASS's LinearCombination), rounded to
-        f16; rows of this group only."""
+        f16. A tile whose 16 rows all lie in the group goes through shared memory and a TMA
+        store, each warpgroup its 64 rows of N (the store clips N); the group's last tile,
+        when partial, is stored from registers, predicated, since a TMA store of the
+        stacked D would write the next group's rows."""
         tile_n, tile_m, _ = self.tile
-        row_end = row_offsets[group + 1]
+        half = tile_n // 2
+        row_start, row_end = row_offsets[group], row_offsets[group + 1]
         n_total = cute.size(m_d, mode=[0])
-        for i in cutlass.range_constexpr(cute.size(acc)):
-            n = n_tile * tile_n + acc_coords[i][0]
-            row = row_offsets[group] + m_tile * tile_m + acc_coords[i][1]
-            if n < n_total and row < row_end:
-                source = beta * m_c[(n, row)].to(cutlass.Float32)
-                m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
+        if row_start + (m_tile + 1) * tile_m <= row_end:
+            # Named barrier 1 + warpgroup: this warpgroup's 128 threads only (0 is the CTA's).
+            barrier_id, threads = 1 + warpgroup_idx, 128
+            if issuer:  # the half is free once its previous TMA store has read it
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                n = n_tile * tile_n + acc_coords[i][0]
+                row = row_start + m_tile * tile_m + acc_coords[i][1]
+                source = cutlass.Float32(0.0)  # beyond N: staged, then clipped by the store
+                if n < n_total:
+                    source = beta * m_c[(n, row)].to(cutlass.Float32)
+                d_frag[i] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
+            cute.copy(d_store, t_rd, t_sd)
+            cute.arch.fence_proxy("async.shared", space="cta")  # visible to the TMA store
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+            if issuer:
+                g_d = cute.local_tile(cute.domain_offset((0, row_start), m_dt),
+                                      (half, tile_m), (n_tile * 2 + warpgroup_idx, m_tile))
+                s_half, g_half = cpasync.tma_partition(
+                    tma_d, 0, cute.make_layout(1),
+                    cute.group_modes(s_d[(None, None, warpgroup_idx)], 0, 2),
+                    cute.group_modes(g_d, 0, 2))
+                cute.copy(tma_d, s_half, g_half)
+                cute.arch.cp_async_bulk_commit_group()
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                n = n_tile * tile_n + acc_coords[i][0]
+                row = row_start + m_tile * tile_m + acc_coords[i][1]
+                if n < n_total and row < row_end:
+                    source = beta * m_c[(n, row)].to(cutlass.Float32)
+                    m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
