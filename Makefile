@@ -98,7 +98,7 @@ run: env
 		'$(BIN)/snakemake --unlock --quiet && $(BIN)/snakemake --cores all --rerun-incomplete'; \
 		status=$$?; [ $$status -ne 75 ] || echo "make: another make run holds $(RUN_LOCK)" >&2; \
 		exit $$status
-	$(BIN)/python -m casebook.verdict
+	$(BIN)/python -m casebook.report.verdict
 
 # One pytest worker per core (pytest-xdist), a test file per worker: a file's module fixtures
 # (a workflow run, a SLURM cluster, an nvcc build) are made once; the longest files start
@@ -132,7 +132,7 @@ bench: env
 
 gpu-host: env
 	rm -rf $(BUNDLE)
-	$(BIN)/python -m casebook.wheelhouse build $(BUNDLE)
+	$(BIN)/python -m casebook.hosts.wheelhouse build $(BUNDLE)
 	$(BIN)/python -m kernels.grouped_gemm_fp8_bf16.prebuild \
 		build/grouped_gemm_fp8_bf16 $(BUNDLE)/case03-build.tar.xz
 	@ls -l $(BUNDLE)
@@ -143,7 +143,7 @@ gpu-host: env
 TPU_BUNDLE := build/tpu-host
 tpu-host: env
 	rm -rf $(TPU_BUNDLE)
-	$(BIN)/python -m casebook.wheelhouse build $(TPU_BUNDLE) --host tpu
+	$(BIN)/python -m casebook.hosts.wheelhouse build $(TPU_BUNDLE) --host tpu
 	@du -sh $(TPU_BUNDLE)
 
 rehearse: gpu-host
@@ -170,7 +170,7 @@ TPU_TREE := $(CURDIR)/$(TPU_REHEARSAL)/tree
 rehearse-tpu: tpu-host
 	rm -rf $(TPU_REHEARSAL) && mkdir -p $(TPU_REHEARSAL)/tree/build
 	$(PYTHON_cpu) -m venv $(TPU_REHEARSAL)/host
-	$(BIN)/python -m casebook.wheelhouse kept --host tpu > $(TPU_REHEARSAL)/host.txt
+	$(BIN)/python -m casebook.hosts.wheelhouse kept --host tpu > $(TPU_REHEARSAL)/host.txt
 	$(TPU_REHEARSAL)/host/bin/python -m pip install --quiet --disable-pip-version-check \
 		--no-deps --require-hashes -r $(TPU_REHEARSAL)/host.txt
 	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(TPU_TREE)

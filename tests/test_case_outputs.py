@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from casebook import cases, config, paths, verify
+from casebook.core import cases, config, paths
+from casebook.stages import verify
 from kernels import contract
 
 pytestmark = [pytest.mark.interpret, pytest.mark.timeout(600)]

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from casebook import cases, check_power, conditions, config, paths, records
+from casebook.core import cases, config, paths, records
+from casebook.report import conditions
+from casebook.stages import check_power
 from kernels.mutants import Mutant, bias, biased, scale
 
 pytestmark = pytest.mark.timeout(300)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import paths
+from casebook.core import paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, device
 from kernels.grouped_gemm_fp8_bf16.problems import MODES

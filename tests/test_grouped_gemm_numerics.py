@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from casebook import config
+from casebook.core import config
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import numerics, oracle_f64, problems
 

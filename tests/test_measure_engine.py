@@ -11,8 +11,8 @@ import fakes
 import numpy as np
 import pytest
 
-from casebook import timing
 from casebook.measure import cache, clocks, engine, gpu, guards, noise, tamper, throttle
+from casebook.stages import timing
 from kernels import contract
 from kernels.contract import Runnable
 

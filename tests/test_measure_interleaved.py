@@ -11,8 +11,8 @@ import fakes
 import numpy as np
 import pytest
 
-from casebook import timing
 from casebook.measure import engine, guards, noise, stats
+from casebook.stages import timing
 from kernels.contract import Runnable
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import kernels.moe_nvfp4 as case
-from casebook import config
+from casebook.core import config
 from kernels import contract, mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import (
     checks,

@@ -13,7 +13,8 @@ import types
 
 import pytest
 
-from casebook import config, errors, jobprofile, paths, provenance
+from casebook.core import config, errors, paths, provenance
+from casebook.run import jobprofile
 
 CASES = ("grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention")
 
@@ -74,7 +75,7 @@ def test_a_job_hash_changes_with_its_own_point_only():
 # (importing), only after.
 CHILD = """
 import os, sys, time
-from casebook import errors
+from casebook.core import errors
 parent = os.getppid()
 if sys.argv[1] == "started":
     errors.end_with_run()

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from casebook import cases, config
-from casebook.verify import compare
+from casebook.core import cases, config
+from casebook.stages.verify import compare
 from kernels import contract
 from kernels.splash_attention import upstream
 

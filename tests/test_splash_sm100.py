@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels.splash_attention as case
-from casebook import config
+from casebook.core import config
 from kernels import contract, mgpu_lowering
 from kernels.splash_attention import (
     mgpu_backward_sm100,

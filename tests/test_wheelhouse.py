@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from casebook import host_install, locks, paths, wheelhouse
-from casebook.errors import CasebookError
+from casebook.core import locks, paths
+from casebook.core.errors import CasebookError
+from casebook.hosts import host_install, wheelhouse
 
 LOCK = """\
 alpha==1.0 \\

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from casebook import paths
-from casebook.errors import CasebookError
+from casebook.core import paths
+from casebook.core.errors import CasebookError
 from kernels import contract
 
 

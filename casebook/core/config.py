@@ -19,9 +19,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from casebook import files, paths
-from casebook.errors import CasebookError, shown
-from casebook.plugin_answers import PluginAnswers
+from casebook.core import files, paths
+from casebook.core.errors import CasebookError, shown
+from casebook.core.plugin_answers import PluginAnswers
 
 
 def _with_defaults(validator_class: type) -> type:

@@ -71,7 +71,7 @@ def end_with_run() -> None:
     leaves no job writing records after it. The run is the process named in ``RUN_PID``
     (set by the workflow, so a run killed while its job was still starting up counts),
     else this process's parent."""
-    if _ENDING:  # a process that runs jobs in turn (casebook.chip_holder) watches once
+    if _ENDING:  # a process that runs jobs in turn (casebook.run.chip_holder) watches once
         return
     _ENDING.append(True)
     parent = os.getppid()
@@ -85,7 +85,7 @@ def reported(job: Any) -> Iterator[None]:
     """Run a Snakemake script's work (``job``: its ``snakemake`` object) with stderr in the
     job's log; a CasebookError becomes one line on both, exit status 1. The log ends with
     the job's profile (``jobprofile``). The job ends with its run (``end_with_run``)."""
-    from casebook import jobprofile
+    from casebook.run import jobprofile
 
     end_with_run()
     entered = time.time()

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from casebook import errors
+from casebook.core import errors
 
 
 def load_yaml(text: str) -> Any:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from casebook.errors import CasebookError
+from casebook.core.errors import CasebookError
 
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")

@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SOURCE_ROOT = Path(__file__).resolve().parents[1]
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = SOURCE_ROOT / "configs" / "schemas"
 RECORD_SCHEMA = SCHEMA_DIR / "records.schema.yaml"
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
@@ -57,9 +57,9 @@ LIBRARY_DIR = SOURCE_ROOT / "casebook"
 PEAKS = SOURCE_ROOT / "configs" / "peaks.yaml"  # each target GPU's peaks: the speed of light
 # The modules whose docstrings the methods page quotes (``methods.QUOTED``): its inputs.
 METHODS_QUOTES = tuple(LIBRARY_DIR / name for name in (
-    "verify.py", "measure/clocks.py", "measure/engine.py", "measure/guards.py",
-    "measure/pinning.py", "measure/stats.py", "measure/stopping.py", "speed_of_light.py",
-    "history.py"))
+    "stages/verify.py", "measure/clocks.py", "measure/engine.py", "measure/guards.py",
+    "measure/pinning.py", "measure/stats.py", "measure/stopping.py",
+    "core/speed_of_light.py", "report/history.py"))
 
 # The measurement engine's own benchmark records the methods page states: calibration
 # (A/A false verdicts, effects found) and rerun coverage (benchmarks/, results committed).
@@ -156,7 +156,7 @@ def baseline_record(target: str, case: str, baseline: str, point: str) -> str:
 
 
 def history_dir(target: str) -> str:
-    """``target``'s results across commits (casebook/history.py)."""
+    """``target``'s results across commits (casebook/report/history.py)."""
     return f"{RESULTS}/{target}/history"
 
 

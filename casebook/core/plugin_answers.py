@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from casebook import cases, files, paths, provenance
+from casebook.core import cases, files, paths, provenance
 
 
 class PluginAnswers:

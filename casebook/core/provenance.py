@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from casebook import paths
+from casebook.core import paths
 
 
 def _git(*args: str) -> str | None:

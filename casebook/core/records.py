@@ -15,12 +15,12 @@ from typing import Any
 
 import jsonschema
 
-from casebook import files, paths, provenance
-from casebook.errors import CasebookError
+from casebook.core import files, paths, provenance
+from casebook.core.errors import CasebookError
 
 SCHEMA_VERSION = 1
 # How a time or baseline record's not_timed_reason begins when a guard refused the
-# measurement (written by casebook.timing, read by casebook.verdict).
+# measurement (written by casebook.stages.timing, read by casebook.report.verdict).
 REFUSED = "not measurable"
 
 

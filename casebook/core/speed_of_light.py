@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from casebook import config, paths
-from casebook.errors import CasebookError
+from casebook.core import config, paths
+from casebook.core.errors import CasebookError
 
 PEAKS = paths.PEAKS
 PRECISIONS = ("fp4", "fp8", "bf16")  # fastest first: a bound falls back along this order

@@ -7,12 +7,12 @@ not fit (and saying so). ``import_archive`` refuses an archive unless every memb
 plain file under one ``results/<target>/`` of an accelerator target, every record passes its
 schema, and every record names a clean commit of this repository (one window's records
 name one; a window continuing an earlier commit's plan carries those of its records that
-are still current, ``casebook.carry``); it then replaces
+are still current, ``casebook.hosts.carry``); it then replaces
 ``results/<target>/`` as a whole (staged beside it, then renamed), but for its store of
 results across commits (``history/``), which is kept and gains the archive's timed
 records: the store is kept here, never carried.
 
-    python -m casebook.archive import ARCHIVE      # then: git add results/<target>/
+    python -m casebook.hosts.archive import ARCHIVE      # then: git add results/<target>/
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from casebook import history, paths, provenance, records
-from casebook.errors import CasebookError
+from casebook.core import paths, provenance, records
+from casebook.core.errors import CasebookError
+from casebook.report import history
 
 ACCELERATOR_TARGETS = ("h100", "h200", "b200", "tpu-v5e")  # hosts a window runs on
 LOGS_IN_RESULTS = "logs"
@@ -134,7 +135,7 @@ def _check_record(archive: Path, member: str, text: bytes, target: str) -> str:
 def check(archive: Path, on_host: bool = False) -> tuple[str, list[str], list[tarfile.TarInfo]]:
     """(target, commits, members) of a sound archive; raises naming the first fault. Its
     records' commits must be clean commits of this repository, unless ``on_host`` (a host
-    without git continuing a plan: ``casebook.carry`` then judges each record)."""
+    without git continuing a plan: ``casebook.hosts.carry`` then judges each record)."""
     try:
         with tarfile.open(archive) as tar:
             return _check_open(archive, tar, on_host)
@@ -211,7 +212,7 @@ def import_archive(*archives: Path, root: Path = Path(), on_host: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m casebook.archive", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m casebook.hosts.archive", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     put = sub.add_parser("import", help="check archives (one target's windows) and unpack "

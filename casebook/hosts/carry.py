@@ -23,7 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from casebook import config, paths, provenance, tile_table
+from casebook.core import config, paths, provenance
+from casebook.stages import tile_table
 
 HOST_KINDS = ("env", "host", "noise_floor", "gpu_window")
 UNHASHED_CASE_KINDS = ("baseline", "compare", "bit_exact")

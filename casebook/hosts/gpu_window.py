@@ -10,10 +10,10 @@ comes first; records are written atomically, so a stopped step leaves whole reco
 none.
 The window then writes its own ``gpu_window`` record (each step's budget, seconds and
 outcome) and packs ``results/<target>/`` and the logs into one archive
-(``casebook.archive``).
+(``casebook.hosts.archive``).
 
-    python -m casebook.gpu_window --dry-run [--target h200]   # the plan and its budgets
-    python -m casebook.gpu_window --out DIR [--target h200]   # run it, archive in DIR
+    python -m casebook.hosts.gpu_window --dry-run [--target h200]   # the plan and its budgets
+    python -m casebook.hosts.gpu_window --out DIR [--target h200]   # run it, archive in DIR
 
 ``--plan`` names another plan: configs/gpu-window-short.yaml (300 s) fits the device time
 a session may have left after a full window; configs/tpu-window.yaml is the TPU host's
@@ -21,7 +21,7 @@ a session may have left after a full window; configs/tpu-window.yaml is the TPU 
 
 ``--continue A.tar.xz [B.tar.xz ...]``: the plan was too long for one device command; this
 window takes the earlier windows' archives (carried with the tree), puts their records in
-place (those of another commit only where still current here: ``casebook.carry``), skips
+place (those of another commit only where still current here: ``casebook.hosts.carry``), skips
 the records step, lets Snakemake skip every job whose record is there, and packs them
 with its own (its logs alone). Its archive then
 holds the whole plan so far; importing it (with the earlier ones) gives the same folder.
@@ -43,19 +43,11 @@ from typing import Any
 
 import yaml
 
-from casebook import (
-    archive,
-    carry,
-    chip_holder,
-    config,
-    files,
-    hostcapture,
-    paths,
-    provenance,
-    records,
-    tile_table,
-)
-from casebook.errors import CasebookError
+from casebook.core import config, files, paths, provenance, records
+from casebook.core.errors import CasebookError
+from casebook.hosts import archive, carry
+from casebook.run import chip_holder
+from casebook.stages import hostcapture, tile_table
 
 WINDOW_CONFIG = paths.SOURCE_ROOT / "configs" / "gpu-window.yaml"
 WINDOW_SCHEMA = paths.SCHEMA_DIR / "gpu-window.schema.yaml"
@@ -309,7 +301,7 @@ def host_target() -> str:
     if gpus:
         return hostcapture.device_class(gpus)
     asked = subprocess.run(
-        [sys.executable, "-c", "from casebook import hostcapture as h; "
+        [sys.executable, "-c", "from casebook.stages import hostcapture as h; "
          "print(h.device_class([], h.tpu_facts()[0]))"],
         capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     if asked.returncode:
@@ -319,7 +311,8 @@ def host_target() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m casebook.gpu_window", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m casebook.hosts.gpu_window",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--target", help="the device class (default: this host's)")

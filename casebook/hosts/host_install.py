@@ -1,4 +1,4 @@
-"""The offline host's side of a wheelhouse (``casebook.wheelhouse`` builds it): check that
+"""The offline host's side of a wheelhouse (``casebook.hosts.wheelhouse`` builds it): check that
 every part is there, reassemble the chunks, check each wheel's and reference source's
 sha256, and install them with pip, no index, hashes required, into a target folder put
 after the host's own packages on PYTHONPATH.
@@ -6,7 +6,7 @@ after the host's own packages on PYTHONPATH.
 Standard library only, at import and after: it runs on a host where nothing of the
 project's environment is installed yet.
 
-    python -m casebook.host_install PARTS_DIR TARGET
+    python -m casebook.hosts.host_install PARTS_DIR TARGET
 """
 
 from __future__ import annotations

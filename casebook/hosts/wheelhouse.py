@@ -11,13 +11,13 @@ configured cases' reference sources that env/reference.lock provides travel as t
 alone (laid out as under site-packages), so the host hashes the same
 bytes as condition 1 without the package.
 
-The host installs it with ``casebook.host_install`` (standard library only: nothing else
+The host installs it with ``casebook.hosts.host_install`` (standard library only: nothing else
 is installed there yet), whose manifest format this module writes.
 
-    python -m casebook.wheelhouse plan [--host tpu]         # what is carried, and why not
-    python -m casebook.wheelhouse kept [--host tpu]         # the host's own, as lock lines
-    python -m casebook.wheelhouse build OUT [--host tpu] [--max-part-mib 60]
-    python -m casebook.wheelhouse commit PARTS_DIR          # this tree's commit, checked
+    python -m casebook.hosts.wheelhouse plan [--host tpu]         # what is carried, and why not
+    python -m casebook.hosts.wheelhouse kept [--host tpu]         # the host's own, as lock lines
+    python -m casebook.hosts.wheelhouse build OUT [--host tpu] [--max-part-mib 60]
+    python -m casebook.hosts.wheelhouse commit PARTS_DIR          # this tree's commit, checked
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from casebook import paths, provenance
-from casebook.errors import CasebookError
-from casebook.host_install import FORMAT, MANIFEST, REQUIREMENTS, SOURCES
-from casebook.locks import Pin, normalize, read_lock
-from casebook.provenance import file_sha256
+from casebook.core import paths, provenance
+from casebook.core.errors import CasebookError
+from casebook.core.locks import Pin, normalize, read_lock
+from casebook.core.provenance import file_sha256
+from casebook.hosts.host_install import FORMAT, MANIFEST, REQUIREMENTS, SOURCES
 
 MIB = 1 << 20
 DEFAULT_MAX_PART = 60 * MIB
@@ -237,7 +237,7 @@ def reference_sources() -> list[tuple[Path, str, str]]:
     import importlib
     import importlib.metadata
 
-    from casebook import config
+    from casebook.core import config
 
     settings = config.load_global()
     references = [importlib.import_module(f"kernels.{case}").reference_file()
@@ -321,7 +321,8 @@ def build(out: Path, max_part: int = DEFAULT_MAX_PART, host: Host = HOSTS["gpu"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m casebook.wheelhouse", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m casebook.hosts.wheelhouse",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     planned = sub.add_parser("plan", help="each locked package: carried, or why not")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, paths, speed_of_light
-from casebook.evidence import Evidence, subject
-from casebook.fmt import bytes_, seconds
+from casebook.core import cases, config, paths, speed_of_light
+from casebook.core.fmt import bytes_, seconds
 from casebook.measure import stats
+from casebook.report.evidence import Evidence, subject
 
 HEADINGS = {
     "reference": "Reference",

@@ -6,8 +6,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from casebook import check_power, paths, provenance, records, tile_table
+from casebook.core import paths, provenance, records
 from casebook.measure.clocks import times_on_host
+from casebook.stages import check_power, tile_table
 
 
 def subject(execution: dict[str, Any], gpus: list[Any]) -> str:

@@ -18,8 +18,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib import ticker
 
-from casebook import cases, conditions, config, files, paths, records
-from casebook.evidence import DOES_NOT_FIT, Evidence, gather, launch_name, lowered_launches
+from casebook.core import cases, config, files, paths, records
+from casebook.report import conditions
+from casebook.report.evidence import DOES_NOT_FIT, Evidence, gather, launch_name, lowered_launches
 
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
 

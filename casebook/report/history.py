@@ -16,8 +16,8 @@ revisions compared, and each figure's history with its steps.
 - ``steps(target, case)``: each figure's entries in commit order, each compared with the
   one before; a step is a FASTER or SLOWER verdict between two binaries.
 
-    python -m casebook.history compare BASE NEW [--target T]   # exit 1: something SLOWER
-    python -m casebook.history import REV...                    # records committed at REVs
+    python -m casebook.report.history compare BASE NEW [--target T]   # exit 1: something SLOWER
+    python -m casebook.report.history import REV...                    # records committed at REVs
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from casebook import config, paths, records
-from casebook.errors import CasebookError
+from casebook.core import config, paths, records
+from casebook.core.errors import CasebookError
 from casebook.measure import samples_file, stats
 
 # A revision the store keys by: a commit, or one with uncommitted changes (-dirty).
@@ -229,7 +229,7 @@ def _print(changes: list[Change], base: str, new: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m casebook.history", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m casebook.report.history", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     against = sub.add_parser("compare", help="every figure of NEW against BASE; exit 1 "

@@ -13,10 +13,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from casebook import conditions, config, history, paths, records, speed_of_light, verify
-from casebook.errors import CasebookError
-from casebook.evidence import Evidence
+from casebook.core import config, paths, records, speed_of_light
+from casebook.core.errors import CasebookError
 from casebook.measure import clocks, engine, guards, pinning, stats, stopping
+from casebook.report import conditions, history
+from casebook.report.evidence import Evidence
+from casebook.stages import verify
 
 # Every module whose docstrings this page quotes; the methods rule declares their files
 # (``paths.METHODS_QUOTES``), so editing a rule's docstring re-renders the page.

@@ -13,9 +13,10 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from casebook import conditions, evidence, fmt, history, paths, status
-from casebook.evidence import Evidence
+from casebook.core import fmt, paths
 from casebook.measure.clocks import times_on_host
+from casebook.report import conditions, evidence, history, status
+from casebook.report.evidence import Evidence
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
 
@@ -151,7 +152,7 @@ def comparisons(ev: Evidence) -> str:
 
 
 def across_commits(series: dict[str, list[dict[str, Any]]]) -> str:
-    """Each figure's results across commits (``casebook.history.steps``), oldest first,
+    """Each figure's results across commits (``casebook.report.history.steps``), oldest first,
     each against the one before: a step (FASTER or SLOWER between two binaries) is marked,
     a SLOWER one and a miscalibrated floor as failures."""
     rows, failed = [], []
@@ -281,7 +282,7 @@ def side_by_side(ev: Evidence, spec: dict[str, Any]) -> str:
 
 
 def bit_exact(record: dict[str, Any] | None, href: Href, path: str) -> str:
-    """A port against the kernel it ports, bit for bit, per point (``casebook.bit_exact``);
+    """A port against the kernel it ports, bit for bit, per point (``casebook.stages.bit_exact``);
     a host that could not run them says why. A point whose outputs differ is a failure."""
     if record is None:
         return ""

@@ -25,20 +25,11 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from casebook import (
-    conditions,
-    config,
-    files,
-    history,
-    hostcapture,
-    methods,
-    page_tables,
-    paths,
-    records,
-    status,
-)
-from casebook.errors import CasebookError
-from casebook.evidence import Evidence, gather
+from casebook.core import config, files, paths, records
+from casebook.core.errors import CasebookError
+from casebook.report import conditions, history, methods, page_tables, status
+from casebook.report.evidence import Evidence, gather
+from casebook.stages import hostcapture
 
 Publish = Callable[[str], str | None]
 

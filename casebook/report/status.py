@@ -6,10 +6,10 @@ The status is a list of phrases, each with a tone — ``ok``, ``bad``, ``warn`` 
 
 from __future__ import annotations
 
-from casebook import conditions
-from casebook.evidence import Evidence
 from casebook.measure import stats
 from casebook.measure.clocks import times_on_host
+from casebook.report import conditions
+from casebook.report.evidence import Evidence
 
 
 def hardware(ev: Evidence) -> str:

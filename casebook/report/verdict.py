@@ -6,7 +6,7 @@ too, and always fails the run. A refusal fails the run as a failed verification 
 the reuse guard re-checks before it refuses, and benchmarks/reuse_guard_load.py measures
 how rarely the guards accuse honest code on a loaded host.
 
-``python -m casebook.verdict`` gives the same verdict on the records as they stand (what
+``python -m casebook.report.verdict`` gives the same verdict on the records as they stand (what
 ``make`` runs after Snakemake, which says nothing when it had nothing to do).
 """
 
@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from casebook import config, hostcapture, paths, records
-from casebook.errors import CasebookError
+from casebook.core import config, paths, records
+from casebook.core.errors import CasebookError
+from casebook.stages import hostcapture
 
 
 def _read(path: str, kind: str) -> dict[str, Any] | None:
@@ -91,7 +92,7 @@ def finish(specs: dict[str, dict[str, Any]], targets: list[str], fail: bool) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m casebook.verdict", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m casebook.report.verdict", description=__doc__)
     parser.add_argument("--configfile", action="append", default=[],
                         help="a config overlay, as given to snakemake (repeatable)")
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ process (a crash in the runtime) fails alone: the jobs after it find no holder a
 the chip in their own processes, as without one.
 
 The holder writes what opening the chip cost and the jobs it ran to
-``logs/chip_holder/<pid>.json`` (``casebook.gpu_window`` adds them to its record).
+``logs/chip_holder/<pid>.json`` (``casebook.hosts.gpu_window`` adds them to its record).
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from casebook import files, paths, worker
+from casebook.core import files, paths
+from casebook.run import worker
 
 LOG_DIR = Path(paths.LOGS) / "chip_holder"
 
 
 def serves(workflow: Any, measured: list[str]) -> bool:
     """Whether a run's chip-holding jobs go to a holder: a local run measuring a TPU."""
-    from casebook import off_device
+    from casebook.run import off_device
 
     return (workflow.local_exec and not workflow.remote_exec and hasattr(socket, "send_fds")
             and any(target in off_device.TPU_TARGETS for target in measured))
@@ -53,7 +54,7 @@ def _open_device() -> tuple[str, float]:
     opening the device)."""
     import jax
 
-    from casebook import jobprofile
+    from casebook.run import jobprofile
 
     kind = jax.devices()[0].device_kind
     return kind, time.time() - jobprofile.process_started()
@@ -75,7 +76,7 @@ def _run_here(request: dict[str, Any], fds: list[int]) -> int:
         os.environ.update(request["env"])
         # The job's profile counts its own CPU: what its process spent before the handoff,
         # plus this process's CPU from now (jobprofile adds this process's total).
-        from casebook import jobprofile
+        from casebook.run import jobprofile
 
         spent = os.times()
         os.environ[jobprofile.JOB_CPU_S] = repr(
@@ -147,7 +148,7 @@ def start(folder: Path, reports: Path = LOG_DIR) -> subprocess.Popen:
     for stale in (path, path + ".new"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stale)
-    holder = subprocess.Popen([sys.executable, "-m", "casebook.chip_holder", path,
+    holder = subprocess.Popen([sys.executable, "-m", "casebook.run.chip_holder", path,
                                str(os.getpid()), str(Path(reports).resolve())],
                               stdin=subprocess.DEVNULL)
     os.environ[worker.CHIP_SOCKET] = path

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 PREFIX = "casebook: job profile "
-JOB_STARTED = "CASEBOOK_JOB_STARTED"  # set by casebook.worker for the jobs it forks
+JOB_STARTED = "CASEBOOK_JOB_STARTED"  # set by casebook.run.worker for the jobs it forks
 JOB_CPU_S = "CASEBOOK_JOB_CPU_S"
 
 
@@ -38,7 +38,7 @@ def line(rule: str, entered: float, threads: int = 1) -> str:
     """The profile of this process, whose job's work began at ``entered`` (time.time())
     and which held ``threads`` of the run's cores."""
     cpu = os.times()
-    # A job forked by the run's worker (casebook.worker) counts from its own process's
+    # A job forked by the run's worker (casebook.run.worker) counts from its own process's
     # start, and the CPU that process spent before it handed the job over.
     started = float(os.environ.get(JOB_STARTED) or process_started())
     before = float(os.environ.get(JOB_CPU_S, 0))

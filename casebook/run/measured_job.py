@@ -7,9 +7,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from casebook import records, stand_ins, worker
-from casebook.errors import CasebookError, reported
+from casebook.core import records, stand_ins
+from casebook.core.errors import CasebookError, reported
 from casebook.measure import pinning
+from casebook.run import worker
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 SOCKET = "CASEBOOK_WORKER_SOCKET"  # where a run's server listens (set by ``start``)
-CHIP_SOCKET = "CASEBOOK_CHIP_SOCKET"  # where a run's chip holder listens (casebook.chip_holder)
+CHIP_SOCKET = "CASEBOOK_CHIP_SOCKET"  # where a run's chip holder listens (casebook.run.chip_holder)
 CHIP_HOLDER_PID = "CASEBOOK_CHIP_HOLDER_PID"  # its process, waited for while it opens the chip
 HOLDER_WAIT_S = 300.0  # the longest a chip job waits for the holder to open the chip
 IN_CHILD = "CASEBOOK_WORKER_CHILD"  # set in a forked child: its script runs there
@@ -65,9 +65,9 @@ def fork_from_server(job: Any, pins_itself: bool = False) -> None:
     unless it ``pins_itself`` to one CPU before jax starts (a measurement on target cpu):
     either way its threads run on one CPU, as the server's imports were sized. A job of a
     TPU target that does not hold the chip keeps off it (``off_device.off_the_chip``); one
-    that holds it goes to the run's chip holder (``casebook.chip_holder``) where one
+    that holds it goes to the run's chip holder (``casebook.run.chip_holder``) where one
     serves, which runs it in the process that opened the chip."""
-    from casebook import off_device
+    from casebook.run import off_device
 
     if os.environ.get(IN_CHILD):
         return
@@ -85,7 +85,7 @@ def _holder_ready(path: str, pid: int) -> bool:
     """Wait while the chip holder ``pid`` is still opening the chip (a job that opened it
     meanwhile in its own process would keep the holder from it): whether it listens on
     ``path``; False once it is gone, or after HOLDER_WAIT_S."""
-    from casebook.errors import gone
+    from casebook.core.errors import gone
 
     deadline = time.monotonic() + HOLDER_WAIT_S
     while not os.path.exists(path):
@@ -105,7 +105,7 @@ def hand_over(path: str) -> None:
     except OSError:
         sock.close()
         return
-    from casebook import jobprofile
+    from casebook.run import jobprofile
 
     times = os.times()
     env = {**os.environ, IN_CHILD: "1",
@@ -132,7 +132,7 @@ def hand_over(path: str) -> None:
         signal.signal(signum, relay)
     try:
         (status,) = _STATUS.unpack(_receive(sock, _STATUS.size))
-    except ConnectionError:  # a process that ran it in-process ended (casebook.chip_holder)
+    except ConnectionError:  # a process that ran it in-process ended (casebook.run.chip_holder)
         if relayed:
             os._exit(128 + relayed[-1])
         sys.stderr.write(f"casebook: the server ended before the job's process {runner}\n")
@@ -346,7 +346,7 @@ def start(folder: Path) -> subprocess.Popen:
     # The libraries that size a thread pool on import (numpy's BLAS) size it as for the
     # one-thread jobs it serves (Snakemake sets these per job from its threads).
     one_thread = dict.fromkeys(ONE_THREAD, "1")
-    server = subprocess.Popen([sys.executable, "-m", "casebook.worker", path, str(os.getpid())],
+    server = subprocess.Popen([sys.executable, "-m", "casebook.run.worker", path, str(os.getpid())],
                               stdin=subprocess.DEVNULL,
                               env={**os.environ, **one_thread, "JAX_PLATFORMS": "cpu"})
     os.environ[SOCKET] = path

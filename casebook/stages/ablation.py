@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from casebook import config, paths, provenance, records, speed_of_light, stage, timing, verify
-from casebook.errors import CasebookError
+from casebook.core import config, paths, provenance, records, speed_of_light
+from casebook.core.errors import CasebookError
 from casebook.measure import samples_file
+from casebook.stages import point_job, timing, verify
 from kernels import contract
 
 NOT_A_VERIFICATION = ("one fresh draw against the oracle, stated, not judged: an "
@@ -34,7 +35,7 @@ def run(case_dir: str, case: str, ablation: str, point: str, target: str,
     spec = paths.for_target(config.load_case(case_dir, case), target)
     declared = config.find(spec["ablations"], ablation, config.case_path(case_dir, case),
                            "ablations")
-    job = stage.load(case_dir, case, target, point, declared["of"])
+    job = point_job.load(case_dir, case, target, point, declared["of"])
     checked = timing.verified(job, verify_path)
     body: dict[str, Any] = {
         "target": target, "case": case, "ablation": ablation, "of": declared["of"],
@@ -72,7 +73,7 @@ def run(case_dir: str, case: str, ablation: str, point: str, target: str,
     return record
 
 
-def _runnable(job: stage.PointJob, ablation: str, checked: dict[str, Any]
+def _runnable(job: point_job.PointJob, ablation: str, checked: dict[str, Any]
               ) -> tuple[contract.Runnable | None, str | None]:
     """The ablation to time, or why it is not timed: its variant did not pass
     verification here, or it cannot run on this host."""
@@ -85,7 +86,7 @@ def _runnable(job: stage.PointJob, ablation: str, checked: dict[str, Any]
         return None, f"not run here: {reason}"
 
 
-def _timed(job: stage.PointJob, runnable: contract.Runnable, settings: dict[str, Any],
+def _timed(job: point_job.PointJob, runnable: contract.Runnable, settings: dict[str, Any],
            floor_path: str, samples_path: str, shared_host: bool) -> dict[str, Any]:
     """The ablation's draw against the oracle and its measurement."""
     seed = verify.draw_seed()

@@ -31,19 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from casebook import (
-    config,
-    fmt,
-    paths,
-    provenance,
-    records,
-    stage,
-    tile_table,
-    timing,
-    verify,
-)
-from casebook.errors import CasebookError
+from casebook.core import config, fmt, paths, provenance, records
+from casebook.core.errors import CasebookError
 from casebook.measure import stats
+from casebook.stages import point_job, tile_table, timing, verify
 from kernels import contract
 
 
@@ -247,7 +238,7 @@ def run(case_dir: str, case: str, variant: str, point: str, target: str,
     the host's noise-floor record (applied where candidates were resumed)."""
     if target == "cpu":
         raise CasebookError(out, "target", tile_table.CPU_REFUSAL)
-    job = stage.load(case_dir, case, target, point, variant, tuned=False)
+    job = point_job.load(case_dir, case, target, point, variant, tuned=False)
     if not callable(getattr(job.plugin, "tile_candidates", None)):
         raise CasebookError(job.path, "autotune", f"kernels/{case} has no tile_candidates")
     return choose(job.plugin, job.spec, job.path, variant, point, target, measurement,

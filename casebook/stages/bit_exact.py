@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, paths, records
-from casebook.errors import CasebookError
-from casebook.verify import draw_seed
+from casebook.core import cases, config, paths, records
+from casebook.core.errors import CasebookError
+from casebook.stages.verify import draw_seed
 from kernels.contract import NotRunnable
 
 

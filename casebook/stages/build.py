@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from casebook import cases, config, paths, provenance, records, stage
-from casebook.errors import CasebookError
+from casebook.core import cases, config, paths, provenance, records
+from casebook.core.errors import CasebookError
+from casebook.stages import point_job
 
 
 def lower(case_dir: str, case: str, variant: str, point: str, target: str,
@@ -56,7 +57,7 @@ def _lowering(case_dir: str, case: str, variant: str, point: str, target: str,
               build_only: bool = False) -> dict[str, Any]:
     """The lowering record's body of ``variant`` at ``point`` (verified, or build-only
     with ``build_only``); a failed lowering is recorded, never raised."""
-    job = stage.load(case_dir, case, target, point, variant, build_only_points=build_only)
+    job = point_job.load(case_dir, case, target, point, variant, build_only_points=build_only)
     if job.build_only != build_only:
         raise CasebookError(job.path, "points", f"{point} is "
                             f"{'not ' if build_only else ''}a build-only point")

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from casebook import provenance, records, stage, verify
+from casebook.core import provenance, records
+from casebook.stages import point_job, verify
 from kernels.mutants import biased
 
 BIAS_RANGE = (1e-9, 1.0)  # relative to the output's RMS: the bisection's bracket
@@ -27,7 +28,7 @@ POISON_MODES = {"plain": False, "poisoned": True}
 
 
 def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str, Any]:
-    job = stage.load(case_dir, case, target, point)
+    job = point_job.load(case_dir, case, target, point)
     return records.write(out, "check_power", {
         "target": target, "case": case, "point": point, "params": job.params,
         "sources_sha256": provenance.job_sha256(job.spec, point=point),

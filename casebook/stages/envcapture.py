@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
-from casebook import locks, paths, provenance
+from casebook.core import locks, paths, provenance
 
 # Settings read from the environment that change how JAX/XLA run (thread pool, devices).
 RUNTIME_VARIABLES = ("PJRT_NPROC", "XLA_FLAGS", "JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES")
@@ -59,7 +59,7 @@ def capture(lock_platform: str, target: str = "cpu") -> dict[str, Any]:
     references = locks.versions(paths.REFERENCE_LOCK)
     locked = {**locks.versions(lock), **references}
     found = installed()
-    from casebook.wheelhouse import HOST_OF_TARGET, HOSTS
+    from casebook.hosts.wheelhouse import HOST_OF_TARGET, HOSTS
 
     host = HOSTS.get(HOST_OF_TARGET.get(target, ""))
     mismatches = drift(locked, found, host.not_carried if host else None)
@@ -93,6 +93,6 @@ def capture(lock_platform: str, target: str = "cpu") -> dict[str, Any]:
 
 def run(lock_platform: str, target: str, out: str) -> dict[str, Any]:
     """The env stage: write this machine's environment record."""
-    from casebook import records
+    from casebook.core import records
 
     return records.write(out, "env", {"target": target, **capture(lock_platform, target)})

@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from casebook.errors import CasebookError
+from casebook.core.errors import CasebookError
 
 # GPU product names -> the device classes results are keyed by.
 GPU_CLASSES = {"H100": "h100", "H200": "h200", "B200": "b200"}
@@ -155,7 +155,7 @@ def capture() -> dict[str, Any]:
 
 def run(target: str, out: str) -> dict[str, Any]:
     """The host stage: write the host record; refuse a GPU target this host does not have."""
-    from casebook import records
+    from casebook.core import records
 
     body = capture()
     if target != "cpu" and body["device_class"] != target:

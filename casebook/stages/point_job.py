@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from casebook import cases, config, paths, provenance, tile_table
+from casebook.core import cases, config, paths, provenance
+from casebook.stages import tile_table
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
-from casebook import config, files, off_device, paths, provenance, records
-from casebook.errors import CasebookError
+from casebook.core import config, files, paths, provenance, records
+from casebook.core.errors import CasebookError
+from casebook.run import off_device
 
 SCHEMA = paths.SCHEMA_DIR / "tile_table.schema.yaml"
 CPU_REFUSAL = ("autotune measures tile candidates on an accelerator; target cpu would time "

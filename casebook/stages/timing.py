@@ -14,19 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from casebook import (
-    config,
-    evidence,
-    history,
-    paths,
-    records,
-    speed_of_light,
-    stage,
-    stand_ins,
-    verify,
-)
-from casebook.errors import CasebookError
+from casebook.core import config, paths, records, speed_of_light, stand_ins
+from casebook.core.errors import CasebookError
 from casebook.measure import engine, guards, noise, peaks, pinning, samples_file, stats
+from casebook.report import evidence, history
+from casebook.stages import point_job, verify
 from kernels import contract
 from kernels.contract import Runnable
 
@@ -111,7 +103,7 @@ def _kept(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def verified(job: stage.PointJob, verify_path: str) -> dict[str, Any]:
+def verified(job: point_job.PointJob, verify_path: str) -> dict[str, Any]:
     """The verify record of ``job``'s variant, refused where it was made with another
     tile table than the one in use now."""
     checked = records.read(verify_path, "verify")
@@ -126,7 +118,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
                 samples_path: str, shared_host: bool = False) -> dict[str, Any]:
     """Time one verified variant at one point; ``shared_host``: the job had fewer cores
     than a measurement takes, other jobs ran beside it (the record says so)."""
-    job = stage.load(case_dir, case, target, point, variant)
+    job = point_job.load(case_dir, case, target, point, variant)
     checked = verified(job, verify_path)
     body: dict[str, Any] = {**job.stamp(), "verify_record": verify_path}
     if not checked["passed"]:
@@ -149,7 +141,7 @@ def time_kernel(case_dir: str, case: str, variant: str, point: str, target: str,
 def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: str,
                   settings: dict[str, Any], floor_path: str, out: str,
                   samples_path: str) -> dict[str, Any]:
-    job = stage.load(case_dir, case, target, point)
+    job = point_job.load(case_dir, case, target, point)
     spec, path, params, plugin = job.spec, job.path, job.params, job.plugin
     entry = config.find(spec["baselines"], baseline, path, "baselines")
     body = {"target": target, "case": case, "baseline": baseline, "point": point,
@@ -265,7 +257,7 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
     case_dir, case, target, point = (compared.case_dir, compared.case, compared.target,
                                      compared.point)
     pairs = [dict(p) for p in compared.pairs]
-    job = stage.load(case_dir, case, target, point)
+    job = point_job.load(case_dir, case, target, point)
     measured = [p for p in pairs if "why_not" not in p]
     floor = records.read(floor_path, "noise_floor")["paired"]["noise_floor"]
     body: dict[str, Any] = {"target": target, "case": case, "point": point,
@@ -275,7 +267,7 @@ def compare_point(compared: PointComparison, settings: dict[str, Any], floor_pat
         return records.write(out, "compare", {**body, "measured": False, "pairs": pairs})
     plugin, workloads, bounds, tiles = job.plugin, {}, {}, {}
     for name in dict.fromkeys(p["variant"] for p in measured):
-        variant_job = stage.load(case_dir, case, target, point, name)
+        variant_job = point_job.load(case_dir, case, target, point, name)
         tuned = variant_job.tuned
         if variant_job.tiles_from:
             tiles[name] = variant_job.tiles_from

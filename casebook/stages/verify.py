@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from casebook import cases, config, paths, records, stage
+from casebook.core import cases, config, paths, records
+from casebook.stages import point_job
 from kernels import contract
 
 ORACLE = "float64 numpy evaluation of the same problem on the same (rounded) inputs"
@@ -183,7 +184,7 @@ def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> 
 
 def run(case_dir: str, case: str, variant: str, point: str, target: str,
         out: str) -> dict[str, Any]:
-    job = stage.load(case_dir, case, target, point, variant)
+    job = point_job.load(case_dir, case, target, point, variant)
     return records.write(out, "verify", {
         **job.stamp(), **check_point(job.plugin, variant, job.tuned, job.spec, job.path)})
 

@@ -1,9 +1,9 @@
 """Snakemake script of the bit-exact step: a port against the kernel it ports, bit for bit."""
 
-from casebook.errors import reported
+from casebook.core.errors import reported
 
 with reported(snakemake):
-    from casebook import bit_exact
+    from casebook.stages import bit_exact
 
     w = snakemake.wildcards
     bit_exact.run(snakemake.config["case_dir"], w.case, w.target, snakemake.output[0])
