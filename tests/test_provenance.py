@@ -13,8 +13,7 @@ import types
 
 import pytest
 
-from casebook.core import config, errors, paths, provenance
-from casebook.run import jobprofile
+from casebook.core import config, errors, jobprofile, paths, provenance
 
 CASES = ("grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention")
 

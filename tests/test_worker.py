@@ -191,7 +191,7 @@ def test_a_forked_jobs_profile_counts_its_own_process_from_its_start(monkeypatch
     process Snakemake started, which the worker passes on."""
     import json
 
-    from casebook.run import jobprofile
+    from casebook.core import jobprofile
 
     entered = time.time()
     alone = json.loads(jobprofile.line("verify", entered).removeprefix(jobprofile.PREFIX))
@@ -209,7 +209,7 @@ def test_a_process_start_is_read_to_the_clock_tick():
     tick = 1 / os.sysconf("SC_CLK_TCK")
     spawned = time.time()
     out = subprocess.run([sys.executable, "-c", "import time\n"
-                          "from casebook.run import jobprofile\n"
+                          "from casebook.core import jobprofile\n"
                           "started = jobprofile.process_started()\n"
                           "print(started, time.time())"],
                          capture_output=True, text=True, check=True,

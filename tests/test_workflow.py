@@ -18,11 +18,10 @@ import psutil
 import pytest
 import yaml
 
-from casebook.core import fmt, paths
+from casebook.core import fmt, jobprofile, paths
 from casebook.core.stand_ins import is_stand_in
 from casebook.hosts import archive
 from casebook.report import conditions
-from casebook.run import jobprofile
 from tests.projects import (
     finished_run,
     make_project,

@@ -6,6 +6,7 @@
 - ``records``: versioned JSON records, read back only through the schema;
 - ``config``: case configs loaded, checked against their schemas, defaults filled in;
 - ``errors``: the one error type for bad input, and how scripts report it;
+- ``jobprofile``: what one job spent, the last line of its log;
 - ``provenance``: the commit and content hashes a record comes from;
 - ``locks``: the one parser of the hash-pinned locks (standard library only);
 - ``cases``: a case's plug-in loaded and held to ``kernels.contract``;

@@ -85,7 +85,7 @@ def reported(job: Any) -> Iterator[None]:
     """Run a Snakemake script's work (``job``: its ``snakemake`` object) with stderr in the
     job's log; a CasebookError becomes one line on both, exit status 1. The log ends with
     the job's profile (``jobprofile``). The job ends with its run (``end_with_run``)."""
-    from casebook.run import jobprofile
+    from casebook.core import jobprofile
 
     end_with_run()
     entered = time.time()

@@ -54,7 +54,7 @@ def _open_device() -> tuple[str, float]:
     opening the device)."""
     import jax
 
-    from casebook.run import jobprofile
+    from casebook.core import jobprofile
 
     kind = jax.devices()[0].device_kind
     return kind, time.time() - jobprofile.process_started()
@@ -76,7 +76,7 @@ def _run_here(request: dict[str, Any], fds: list[int]) -> int:
         os.environ.update(request["env"])
         # The job's profile counts its own CPU: what its process spent before the handoff,
         # plus this process's CPU from now (jobprofile adds this process's total).
-        from casebook.run import jobprofile
+        from casebook.core import jobprofile
 
         spent = os.times()
         os.environ[jobprofile.JOB_CPU_S] = repr(

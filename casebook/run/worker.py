@@ -105,7 +105,7 @@ def hand_over(path: str) -> None:
     except OSError:
         sock.close()
         return
-    from casebook.run import jobprofile
+    from casebook.core import jobprofile
 
     times = os.times()
     env = {**os.environ, IN_CHILD: "1",
