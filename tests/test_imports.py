@@ -96,3 +96,18 @@ def test_no_module_of_casebook_or_kernels_imports_itself_through_others():
     graph = {module: imports_of(module) for module in MODULES}
     assert len(graph) > 100 and graph["casebook.core.records"] >= {"casebook.core.files"}
     assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+# What each folder of casebook may import of casebook (docs/layout.md): core stands on
+# nothing else, the measurement engine on core alone.
+BELOW = {"casebook.core": {"casebook.core"},
+         "casebook.measure": {"casebook.core", "casebook.measure"}}
+
+
+@pytest.mark.parametrize("package", sorted(BELOW))
+def test_the_lowest_folders_import_nothing_above_them(package):
+    above = {f"{module} -> {imported}" for module in MODULES if module.startswith(f"{package}.")
+             for imported in imports_of(module)
+             if imported.startswith("casebook.")
+             and ".".join(imported.split(".")[:2]) not in BELOW[package]}
+    assert not above, sorted(above)

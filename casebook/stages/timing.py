@@ -1,5 +1,6 @@
-"""Stages 5 and 6: time the verified kernel, and the baselines, at one point; then
-compare them, measured interleaved.
+"""The noise_floor, time, baseline and compare stages: the host's noise floor; the
+verified kernel, and the baselines, timed at one point; then compared, measured
+interleaved.
 
 A point whose verification failed, or that could not run on this host, is never
 timed: its time record says so instead. Baselines are checked against the same oracle
