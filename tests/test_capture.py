@@ -11,6 +11,8 @@ from casebook.core import locks, paths, records
 from casebook.core.errors import CasebookError
 from casebook.stages import envcapture, hostcapture
 
+pytestmark = pytest.mark.host_rehearsal
+
 
 def test_cpu_lock_pins_jax_0_10_2_with_hashes():
     pins = locks.versions(paths.lock_file("cpu"))

@@ -15,7 +15,7 @@ from casebook.core.errors import CasebookError
 from casebook.stages import timing
 from tests.projects import MEASUREMENT, tiny_case
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.host_rehearsal]
 CASE = "splash_attention"
 NATIVE = {"mode": "XLA", "interpret": False, "poisoned": False, "race_detection": False}
 INTERPRETED = {**NATIVE, "interpret": True}

@@ -16,6 +16,8 @@ from casebook.core import cases, config, paths
 from casebook.core.errors import CasebookError
 from kernels import contract
 
+pytestmark = pytest.mark.host_rehearsal
+
 KERNELS = sorted(paths.KERNELS_DIR.rglob("*.py"))
 
 

@@ -25,6 +25,8 @@ from casebook.hosts import archive, carry, gpu_window
 from casebook.run import chip_holder
 from casebook.stages import envcapture, hostcapture, tile_table
 
+pytestmark = pytest.mark.host_rehearsal
+
 HEAD = subprocess.run(["git", "-C", str(paths.SOURCE_ROOT), "rev-parse", "HEAD"],
                       capture_output=True, text=True, check=True).stdout.strip()
 

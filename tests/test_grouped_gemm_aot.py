@@ -21,7 +21,7 @@ from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, device
 from kernels.grouped_gemm_fp8_bf16.problems import MODES
 
-pytestmark = [pytest.mark.compile]
+pytestmark = [pytest.mark.compile, pytest.mark.host_rehearsal]
 
 needs_dsl = pytest.mark.skipif(not compile_port.dsl_installed(),
                                reason="CuTe DSL is not installed: nothing is compiled here")

@@ -14,6 +14,8 @@ import pytest
 from casebook.core import paths
 from kernels.grouped_gemm_fp8_bf16 import compile_port
 
+pytestmark = pytest.mark.host_rehearsal
+
 OWN = sorted(
     ".".join(path.relative_to(paths.SOURCE_ROOT).with_suffix("").parts)
     for package in ("casebook", "kernels")

@@ -16,7 +16,7 @@ from casebook.stages import timing
 from kernels import contract
 from kernels.contract import Runnable
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.host_rehearsal]
 QUICK = timing.default_settings(warmup_calls=2, criterion="fixed_count", count=15,
                                  repeats=1)
 CPU = engine.Devices(None, "no GPU: test")

@@ -43,7 +43,7 @@ from kernels.splash_attention.problems import (
     segments,
 )
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 TOL = {dtype: {name: config.shipped_tolerance("splash_attention", dtype, name)
                for name in ("out", "dq", "dk", "dv")} for dtype in ("float16", "bfloat16")}

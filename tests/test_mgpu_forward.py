@@ -36,7 +36,7 @@ from kernels.splash_attention.problems import (
     segments,
 )
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 TOL = {dtype: config.shipped_tolerance("splash_attention", dtype, "out")
        for dtype in ("float16", "bfloat16")}

@@ -31,6 +31,8 @@ from kernels.moe_nvfp4 import (
 )
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
 
+pytestmark = pytest.mark.host_rehearsal
+
 SPEC = config.load_case(config.load_global()["case_dir"], "moe_nvfp4")
 BLACKWELL = [name for name, v in port.VARIANTS.items() if v.arch == "sm_100a"]
 GEMMS = [name for name in BLACKWELL if port.VARIANTS[name].fused is None

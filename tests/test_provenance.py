@@ -15,6 +15,8 @@ import pytest
 
 from casebook.core import config, errors, jobprofile, paths, provenance
 
+pytestmark = pytest.mark.host_rehearsal
+
 CASES = ("grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention")
 
 

@@ -16,7 +16,7 @@ from casebook.stages.verify import compare
 from kernels import contract
 from kernels.splash_attention import upstream
 
-pytestmark = [pytest.mark.interpret]
+pytestmark = [pytest.mark.interpret, pytest.mark.host_rehearsal]
 
 splash = cases.load("splash_attention")
 

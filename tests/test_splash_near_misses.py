@@ -17,6 +17,8 @@ from casebook.core import cases, config
 from casebook.stages import check_power, verify
 from kernels.splash_attention import masks, near_misses, oracle_vjp
 
+pytestmark = pytest.mark.host_rehearsal
+
 CASE_DIR, CASE = "configs/cases", "splash_attention"
 SPEC = config.load_case(CASE_DIR, CASE)
 PATH = config.case_path(CASE_DIR, CASE)

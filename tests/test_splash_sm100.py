@@ -22,6 +22,8 @@ from kernels.splash_attention import (
     port,
 )
 
+pytestmark = pytest.mark.host_rehearsal
+
 SPEC = config.load_case(config.load_global()["case_dir"], "splash_attention")
 POINTS = [p for key in ("points", "build_only_points") for p in SPEC[key]]
 F16_MMA = "tcgen05.mma.cta_group::1.kind::f16"

@@ -20,6 +20,8 @@ from casebook.core import locks, paths
 from casebook.core.errors import CasebookError
 from casebook.hosts import host_install, wheelhouse
 
+pytestmark = pytest.mark.host_rehearsal
+
 LOCK = """\
 alpha==1.0 \\
     --hash=sha256:{h}

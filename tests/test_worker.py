@@ -16,7 +16,7 @@ import pytest
 from casebook.core import paths
 from casebook.run import worker
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.host_rehearsal]
 PYTHONPATH = os.pathsep.join([str(paths.SOURCE_ROOT),
                               *filter(None, [os.environ.get("PYTHONPATH")])])
 
