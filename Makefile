@@ -50,19 +50,11 @@ CUDA_BIN = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/cu13
 TREE := $(CURDIR)/$(REHEARSAL)/tree
 IN_HOST = cd $(TREE) && CASEBOOK_HOST_REHEARSAL=1 PATH=$(CURDIR)/$(CUDA_BIN):$$PATH \
 	PYTHONPATH=$(TREE)/$(BUNDLE)/site:$(TREE)
-# Each case's interpret-mode and lowering tests under jax 0.11.2, a worker per core: 7.5 min
-# on one core (jax 0.11.2's Mosaic GPU layout inference takes 50 s for each of the fused MoE
-# kernel's two lowerings); `timeout` stops a hang.
-REHEARSED_TESTS := tests/test_imports.py tests/test_wheelhouse.py tests/test_gpu_window.py \
-	tests/test_worker.py \
-	tests/test_capture.py tests/test_measure_engine.py tests/test_measure_interleaved.py \
-	tests/test_compare.py tests/test_grouped_gemm_aot.py \
-	tests/test_grouped_gemm_numerics.py tests/test_mgpu_forward.py tests/test_mgpu_backward.py \
-	tests/test_splash_case.py tests/test_moe_nvfp4_gemm.py tests/test_moe_nvfp4_quantize.py \
-	tests/test_moe_nvfp4_fused.py tests/test_moe_nvfp4_entries.py tests/test_check_power.py \
-	tests/test_splash_near_misses.py tests/test_moe_nvfp4_subnormals.py \
-	tests/test_case_outputs.py tests/test_provenance.py tests/test_contract.py \
-	tests/test_moe_nvfp4_sm100.py tests/test_splash_sm100.py tests/test_interpreter_callbacks.py
+# The tests marked host_rehearsal (pytest -m; each case's interpret-mode and lowering tests
+# among them) under jax 0.11.2, a worker per core: 7.5 min on one core (jax 0.11.2's Mosaic
+# GPU layout inference takes 50 s for each of the fused MoE kernel's two lowerings);
+# `timeout` stops a hang.
+REHEARSED := host_rehearsal
 
 .PHONY: all run env test test-fast lint bench lock clean chromium gpu-host tpu-host rehearse \
 	rehearse-tpu
@@ -98,7 +90,7 @@ run: env
 		'$(BIN)/snakemake --unlock --quiet && $(BIN)/snakemake --cores all --rerun-incomplete'; \
 		status=$$?; [ $$status -ne 75 ] || echo "make: another make run holds $(RUN_LOCK)" >&2; \
 		exit $$status
-	$(BIN)/python -m casebook.verdict
+	$(BIN)/python -m casebook.report.verdict
 
 # One pytest worker per core (pytest-xdist), a test file per worker: a file's module fixtures
 # (a workflow run, a SLURM cluster, an nvcc build) are made once; the longest files start
@@ -132,7 +124,7 @@ bench: env
 
 gpu-host: env
 	rm -rf $(BUNDLE)
-	$(BIN)/python -m casebook.wheelhouse build $(BUNDLE)
+	$(BIN)/python -m casebook.hosts.wheelhouse build $(BUNDLE)
 	$(BIN)/python -m kernels.grouped_gemm_fp8_bf16.prebuild \
 		build/grouped_gemm_fp8_bf16 $(BUNDLE)/case03-build.tar.xz
 	@ls -l $(BUNDLE)
@@ -143,7 +135,7 @@ gpu-host: env
 TPU_BUNDLE := build/tpu-host
 tpu-host: env
 	rm -rf $(TPU_BUNDLE)
-	$(BIN)/python -m casebook.wheelhouse build $(TPU_BUNDLE) --host tpu
+	$(BIN)/python -m casebook.hosts.wheelhouse build $(TPU_BUNDLE) --host tpu
 	@du -sh $(TPU_BUNDLE)
 
 rehearse: gpu-host
@@ -156,8 +148,7 @@ rehearse: gpu-host
 	cd $(REHEARSAL)/tree && CASEBOOK_PYTHON=$(HOST_BIN)/python bash benchmarks/gpu_host.sh \
 		$(CURDIR)/$(REHEARSAL)/out --dry-run --target h200
 	$(IN_HOST) timeout 900 $(HOST_BIN)/python -m pytest -q -p no:cacheprovider \
-		--numprocesses auto --dist loadfile \
-		$(REHEARSED_TESTS)
+		--numprocesses auto --dist loadfile -m "$(REHEARSED)" tests
 	$(IN_HOST) $(HOST_BIN)/python -m snakemake -n --quiet rules --cores all \
 		--config target=h200
 
@@ -170,7 +161,7 @@ TPU_TREE := $(CURDIR)/$(TPU_REHEARSAL)/tree
 rehearse-tpu: tpu-host
 	rm -rf $(TPU_REHEARSAL) && mkdir -p $(TPU_REHEARSAL)/tree/build
 	$(PYTHON_cpu) -m venv $(TPU_REHEARSAL)/host
-	$(BIN)/python -m casebook.wheelhouse kept --host tpu > $(TPU_REHEARSAL)/host.txt
+	$(BIN)/python -m casebook.hosts.wheelhouse kept --host tpu > $(TPU_REHEARSAL)/host.txt
 	$(TPU_REHEARSAL)/host/bin/python -m pip install --quiet --disable-pip-version-check \
 		--no-deps --require-hashes -r $(TPU_REHEARSAL)/host.txt
 	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(TPU_TREE)

@@ -3,7 +3,7 @@
 pinned environment -> host -> build -> verify -> noise floor -> time (and ablate) ->
 baseline -> compare -> figures -> site.
 Records go to results/<target>/..., figures to results/figures/, pages to site/public/
-(the whole scheme: casebook/paths.py). `snakemake <case>` runs one case.
+(the whole scheme: casebook/core/paths.py). `snakemake <case>` runs one case.
 """
 
 from snakemake.utils import min_version
@@ -40,10 +40,10 @@ rule all:
 
 
 # Snakemake's default job-start cap makes a local scheduler re-plan n times a second after
-# n jobs (casebook/local_scheduler.py): local runs drop it.
+# n jobs (casebook/run/local_scheduler.py): local runs drop it.
 # A local cpu run serves its jobs from one process that has imported jax and the cases
-# (casebook/worker.py), instead of each job importing them; a local run measuring a TPU
-# runs its chip-holding jobs in one process that opened the chip (casebook/chip_holder.py).
+# (casebook/run/worker.py), instead of each job importing them; a local run measuring a TPU
+# runs its chip-holding jobs in one process that opened the chip (casebook/run/chip_holder.py).
 onstart:
     local_scheduler.drop_rate_limit(workflow)
     if worker.serves(workflow, MEASURED):

@@ -20,8 +20,9 @@ import dataclasses
 import time
 
 from benchmarks.workloads import repeated_matmul, write
-from casebook import config, timing
+from casebook.core import config
 from casebook.measure import engine, noise, pinning, stats
+from casebook.stages import timing
 
 BASE_REPS = 20  # ~0.2 ms per call: 20 units of work
 

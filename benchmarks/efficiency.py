@@ -16,8 +16,8 @@ import argparse
 import statistics
 
 from benchmarks.workloads import repeated_matmul, sample, write
-from casebook import timing
 from casebook.measure import stopping
+from casebook.stages import timing
 
 # The engine as shipped (the schema's measurement defaults), one repeat: one sampling run.
 ENGINE = timing.default_settings(repeats=1)

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from casebook import config, records
-from casebook.paths import SOURCE_ROOT
-from casebook.verify import compare
+from casebook.core import config, records
+from casebook.core.paths import SOURCE_ROOT
+from casebook.stages.verify import compare
 from kernels import mgpu_interpret
 from kernels.splash_attention import (
     mgpu_autodiff,

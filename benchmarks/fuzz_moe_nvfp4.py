@@ -21,7 +21,8 @@ import ml_dtypes
 import numpy as np
 
 from benchmarks.workloads import write
-from casebook import cases, config, paths, verify
+from casebook.core import cases, config, paths
+from casebook.stages import verify
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import layouts, mgpu_gemm, oracle_f64, port, problems
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from casebook import timing
 from casebook.measure import engine, gpu, noise, samples_file
+from casebook.stages import timing
 from kernels import contract
 from kernels.contract import Runnable
 

@@ -15,10 +15,10 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/gpu_host.sh OUT [gpu_run.sh arguments]}
 shift
 python=${CASEBOOK_PYTHON:-python3}
-"$python" -m casebook.host_install build/gpu-host build/gpu-host/site
+"$python" -m casebook.hosts.host_install build/gpu-host build/gpu-host/site
 tar -xJf build/gpu-host/case03-build.tar.xz
 if [ -z "${CASEBOOK_COMMIT:-}" ]; then
-  CASEBOOK_COMMIT=$("$python" -m casebook.wheelhouse commit build/gpu-host)
+  CASEBOOK_COMMIT=$("$python" -m casebook.hosts.wheelhouse commit build/gpu-host)
 fi
 export CASEBOOK_COMMIT CASEBOOK_SITE="$PWD/build/gpu-host/site" CASEBOOK_PYTHON="$python"
 exec bash benchmarks/gpu_run.sh --out "$out" "$@"

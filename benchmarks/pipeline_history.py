@@ -11,7 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from casebook import files, paths
+from casebook.core import files, paths
 
 DOC = paths.SOURCE_ROOT / "docs" / "pipeline-time.md"
 BEGIN, END = "<!-- pipeline_time: begin (benchmarks/pipeline_history.py) -->", \

@@ -2,7 +2,7 @@
 
 Clones the committed HEAD into a temporary folder and runs ``snakemake --cores N`` there
 with this interpreter (the environment exists; installing it is not counted), then reads
-each job's profile from the end of its log (``casebook.jobprofile``): per rule, the jobs,
+each job's profile from the end of its log (``casebook.core.jobprofile``): per rule, the jobs,
 their wall and CPU time summed, the median and slowest job, and the median startup
 (interpreter, Snakemake's preamble, imports) before a job's work began. The Snakemake
 process's own CPU is the run's total less its jobs'. Then a no-op rerun is timed, and a
@@ -34,8 +34,9 @@ from typing import Any
 import yaml
 
 from benchmarks.workloads import repeated_matmul, sample, write
-from casebook import hostcapture, jobprofile, paths, provenance
+from casebook.core import jobprofile, paths, provenance
 from casebook.measure import stopping
+from casebook.stages import hostcapture
 
 PROBE_SAMPLES = 300  # of the calibration's workload: about 0.1 s on the 2-core host
 

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from benchmarks.workloads import write
-from casebook import config
+from casebook.core import config
 
 WORKLOADS = ("jax_matmul_256", "numpy_matmul_20x64")
 TARGET = 0.95
@@ -46,8 +46,8 @@ def one(kind: str, measurement: dict[str, Any], workload: str, floor: float | No
     from casebook.measure import pinning
     pinning.pin_for("cpu", measurement)
     from benchmarks.workloads import repeated_matmul
-    from casebook import timing
     from casebook.measure import engine, noise
+    from casebook.stages import timing
 
     if kind == "floor":
         began = time.perf_counter()

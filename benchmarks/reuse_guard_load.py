@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.workloads import RESULTS
-from casebook import files, records, timing
+from casebook.core import files, records
 from casebook.measure import engine, guards
+from casebook.stages import timing
 from kernels.contract import Runnable
 
 SIDE = 256  # a 256×256 float64 matmul: ~0.4 ms on 2 cores, OpenBLAS threads on

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 import kernels.splash_attention as splash
-from casebook import provenance
+from casebook.core import provenance
 from casebook.measure import tpu
 from kernels.splash_attention import upstream
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from casebook import files, paths, records
+from casebook.core import files, paths, records
 from casebook.measure import clocks, engine, stats, stopping
 from kernels import contract
 from kernels.contract import Runnable

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from casebook import paths, verify
+from casebook.core import paths
+from casebook.stages import verify
 
 SOURCES = ["Snakefile", "profiles", "workflow", "casebook", "kernels",
            "snakemake_logger_plugin_casebook", "configs", "site", "env", "benchmarks"]

@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 import kernels.splash_attention as splash
-from casebook import config, figures, verify
-from casebook.errors import CasebookError
+from casebook.core import config
+from casebook.core.errors import CasebookError
+from casebook.report import figures
+from casebook.stages import verify
 from kernels.moe_nvfp4 import ablations as moe_ablations
 from kernels.moe_nvfp4 import mgpu_quantize, numerics, port
 from kernels.splash_attention import ablations, masks, oracle_f64

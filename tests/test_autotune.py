@@ -14,22 +14,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from casebook import (
-    autotune,
-    build,
-    cases,
-    conditions,
-    config,
-    page_tables,
-    paths,
-    provenance,
-    records,
-    site,
-    tile_table,
-    timing,
-    verify,
-)
-from casebook.errors import CasebookError
+from casebook.core import cases, config, paths, provenance, records
+from casebook.core.errors import CasebookError
+from casebook.report import conditions, page_tables, site
+from casebook.stages import autotune, build, tile_table, timing, verify
 from kernels import contract
 from kernels.contract import Runnable
 from kernels.splash_attention import autotune as candidates_of

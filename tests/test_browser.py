@@ -20,7 +20,8 @@ import pytest
 import yaml
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from casebook import conditions, paths
+from casebook.core import paths
+from casebook.report import conditions
 from tests.projects import finished_run, snakemake, tiny_case, tiny_moe_case
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(600)]

@@ -7,8 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from casebook import envcapture, hostcapture, locks, paths, records
-from casebook.errors import CasebookError
+from casebook.core import locks, paths, records
+from casebook.core.errors import CasebookError
+from casebook.stages import envcapture, hostcapture
+
+pytestmark = pytest.mark.host_rehearsal
 
 
 def test_cpu_lock_pins_jax_0_10_2_with_hashes():
@@ -178,8 +181,8 @@ def test_drift_says_why_the_offline_host_was_not_given_a_package():
 
 
 def test_the_software_condition_shows_other_versions_before_what_was_left_out():
-    from casebook import conditions
-    from casebook.evidence import Evidence
+    from casebook.report import conditions
+    from casebook.report.evidence import Evidence
 
     missing = [{"package": f"tool{i}", "locked": "1", "found": None} for i in range(6)]
     env = {"python": {"version": "3.12.3"}, "os": {"platform": "Linux"},

@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from casebook import cases, config, paths, verify
+from casebook.core import cases, config, paths
+from casebook.stages import verify
 from kernels import contract
 
-pytestmark = [pytest.mark.interpret, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.interpret, pytest.mark.timeout(600), pytest.mark.host_rehearsal]
 CASES = ("splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16")
 SPECS = {case: config.load_case("configs/cases", case) for case in CASES}
 ROWS = [(case, group, item["name"]) for case in CASES for group in ("variants", "baselines")

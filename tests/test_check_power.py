@@ -9,10 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from casebook import cases, check_power, conditions, config, paths, records
+from casebook.core import cases, config, paths, records
+from casebook.report import conditions
+from casebook.stages import check_power
 from kernels.mutants import Mutant, bias, biased, scale
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.host_rehearsal]
 LOOSE = {"atol": 1e-3, "rtol": 1e-3, "reason": "loose enough for the test"}
 SPEC = {"tolerances": {"float32": {"y": LOOSE}}, "verify": {"trials": 2}}
 PARAMS = {"dtype": "float32", "n": 64}

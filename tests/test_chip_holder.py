@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from casebook import chip_holder, paths, worker
+from casebook.core import paths
+from casebook.run import chip_holder, worker
 
 pytestmark = pytest.mark.timeout(240)
 PYTHONPATH = os.pathsep.join([str(paths.SOURCE_ROOT),
@@ -25,7 +26,7 @@ PYTHONPATH = os.pathsep.join([str(paths.SOURCE_ROOT),
 # What a Snakemake script of the time stage does first, then what it found.
 SCRIPT = """
 import os, sys, time, types
-from casebook import worker
+from casebook.run import worker
 job = types.SimpleNamespace(
     wildcards=types.SimpleNamespace(target=os.environ.get("JOB_TARGET", "tpu-v5e")),
     resources=types.SimpleNamespace(gpu=int(os.environ.get("JOB_GPU", "1"))), threads=4)

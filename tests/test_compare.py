@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook import cases, records, timing
-from casebook.errors import CasebookError
+from casebook.core import cases, records
+from casebook.core.errors import CasebookError
+from casebook.stages import timing
 from tests.projects import MEASUREMENT, tiny_case
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.host_rehearsal]
 CASE = "splash_attention"
 NATIVE = {"mode": "XLA", "interpret": False, "poisoned": False, "race_detection": False}
 INTERPRETED = {**NATIVE, "interpret": True}
@@ -131,7 +132,7 @@ def test_a_series_faster_than_its_speed_of_light_refuses_the_comparison(
         point, tmp_path, monkeypatch):
     """As on a GPU target: every series is held to its bound; one "faster than physics"
     (a bound of an hour) refuses the whole comparison, its samples kept."""
-    from casebook import speed_of_light
+    from casebook.core import speed_of_light
 
     def bound(plugin, params, outputs, target, measured=None):
         return {**speed_of_light.bound({"flops": 1, "bytes": 1, "math": "bf16",

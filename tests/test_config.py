@@ -12,8 +12,9 @@ import sys
 import pytest
 import yaml
 
-from casebook import config, paths, provenance, stage, timing
-from casebook.errors import CasebookError
+from casebook.core import config, paths, provenance
+from casebook.core.errors import CasebookError
+from casebook.stages import point_job, timing
 from kernels.contract import Runnable
 
 CASE = "splash_attention"
@@ -149,7 +150,7 @@ def test_the_plugins_answers_are_kept_by_the_hash_of_their_sources(case_dir, tmp
 
 def test_a_config_with_kept_answers_loads_without_jax(case_dir, tmp_path):
     """What Snakemake's process does on every rerun: no kernel package, no jax."""
-    script = ("import sys; from casebook import config; "
+    script = ("import sys; from casebook.core import config; "
               f"[config.load_case({str(case_dir)!r}, c) for c in {CASES!r}]; "
               "print(sorted(m for m in ('jax', 'kernels.splash_attention', "
               "'kernels.moe_nvfp4', 'kernels.grouped_gemm_fp8_bf16') if m in sys.modules))")
@@ -292,7 +293,7 @@ def test_host_stand_ins_for_a_kernel_get_the_short_protocol():
     assert (short.confidence, short.clock) == (full.confidence, full.clock)
     # Case 03's numpy model of the port on the host (not the kernel): the short protocol;
     # XLA on the host CPU is a speed result there: the full one.
-    model = stage.load("configs/cases", "grouped_gemm_fp8_bf16", "cpu", "ex69_defaults",
+    model = point_job.load("configs/cases", "grouped_gemm_fp8_bf16", "cpu", "ex69_defaults",
                        "model")
     timed = model.plugin.kernel("model", model.tuned, "time", build_dir=model.build_dir)
     assert timing.settings_for(timed, measurement) == short
@@ -309,7 +310,7 @@ def test_host_stand_ins_for_a_kernel_get_the_short_protocol():
 
 
 def test_a_job_context_names_an_unknown_variant_or_point_in_the_case_file():
-    job = stage.load("configs/cases", "splash_attention", "cpu", "mha_causal_f16", "mgpu")
+    job = point_job.load("configs/cases", "splash_attention", "cpu", "mha_causal_f16", "mgpu")
     assert (job.plugin.__name__, job.tuned, job.tiles_from) == (
         "kernels.splash_attention", job.params, None)
     assert job.stamp()["sources_sha256"] == provenance.job_sha256(job.spec, "mgpu",
@@ -317,9 +318,9 @@ def test_a_job_context_names_an_unknown_variant_or_point_in_the_case_file():
     for variant, point, key in (("nope", "mha_causal_f16", "variants"),
                                 ("mgpu", "nope", "points")):
         with pytest.raises(CasebookError, match=f"splash_attention.yaml: {key}"):
-            stage.load("configs/cases", "splash_attention", "cpu", point, variant)
+            point_job.load("configs/cases", "splash_attention", "cpu", point, variant)
     build_only = config.load_case("configs/cases", "splash_attention")["build_only_points"]
     with pytest.raises(CasebookError, match="points"):
-        stage.load("configs/cases", "splash_attention", "cpu", build_only[0]["name"], "mgpu")
-    assert stage.load("configs/cases", "splash_attention", "cpu", build_only[0]["name"],
+        point_job.load("configs/cases", "splash_attention", "cpu", build_only[0]["name"], "mgpu")
+    assert point_job.load("configs/cases", "splash_attention", "cpu", build_only[0]["name"],
                       "mgpu", build_only_points=True).build_only

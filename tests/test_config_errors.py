@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook import paths
+from casebook.core import paths
 from tests.projects import make_project, tiny_case, tiny_moe_case
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from casebook import cases, config, paths
-from casebook.errors import CasebookError
+from casebook.core import cases, config, paths
+from casebook.core.errors import CasebookError
 from kernels import contract
+
+pytestmark = pytest.mark.host_rehearsal
 
 KERNELS = sorted(paths.KERNELS_DIR.rglob("*.py"))
 
@@ -35,9 +37,9 @@ def imported(source: Path) -> set[str]:
 
 def test_the_scan_finds_imports_of_every_kind(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("import casebook.paths\nfrom casebook import cases\n"
-                     "import importlib\nimportlib.import_module('casebook.verify')\n")
-    assert {"casebook.paths", "casebook", "casebook.verify"} <= imported(probe)
+    probe.write_text("import casebook.core.paths\nfrom casebook import cases\n"
+                     "import importlib\nimportlib.import_module('casebook.stages.verify')\n")
+    assert {"casebook.core.paths", "casebook", "casebook.stages.verify"} <= imported(probe)
 
 
 @pytest.mark.parametrize("source", KERNELS, ids=lambda p: str(p.relative_to(paths.KERNELS_DIR)))

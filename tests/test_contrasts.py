@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from casebook import config, figures
-from casebook.errors import CasebookError
+from casebook.core import config
+from casebook.core.errors import CasebookError
+from casebook.report import figures
 from kernels.moe_nvfp4 import port
 
 SPEC = config.load_case("configs/cases", "moe_nvfp4")

@@ -8,8 +8,9 @@ import itertools
 import pytest
 from matplotlib.text import Text
 
-from casebook import config, paths, scaling
-from casebook.evidence import DOES_NOT_FIT, Evidence, gather
+from casebook.core import config, paths
+from casebook.report import scaling
+from casebook.report.evidence import DOES_NOT_FIT, Evidence, gather
 
 TPU = {"mode": "Pallas Mosaic TPU kernel", "interpret": False, "poisoned": False,
        "race_detection": False, "device": "tpu"}

@@ -19,20 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook import (
-    archive,
-    carry,
-    chip_holder,
-    config,
-    envcapture,
-    gpu_window,
-    hostcapture,
-    paths,
-    provenance,
-    records,
-    tile_table,
-)
-from casebook.errors import CasebookError
+from casebook.core import config, paths, provenance, records
+from casebook.core.errors import CasebookError
+from casebook.hosts import archive, carry, gpu_window
+from casebook.run import chip_holder
+from casebook.stages import envcapture, hostcapture, tile_table
+
+pytestmark = pytest.mark.host_rehearsal
 
 HEAD = subprocess.run(["git", "-C", str(paths.SOURCE_ROOT), "rev-parse", "HEAD"],
                       capture_output=True, text=True, check=True).stdout.strip()
@@ -146,7 +139,7 @@ def test_each_step_stops_at_its_budget_and_the_window_packs_what_it_has(tmp_path
 
 def test_the_window_records_what_its_chip_holders_spent_opening_the_chip(tmp_path,
                                                                          monkeypatch):
-    """Each step's holder (casebook/chip_holder.py) leaves a report; the window's record
+    """Each step's holder (casebook/run/chip_holder.py) leaves a report; the window's record
     lists them and the share of its time spent opening the chip. A report left from
     before the window is not counted."""
     monkeypatch.chdir(tmp_path)
@@ -595,7 +588,7 @@ def test_the_windows_measurement_settings_reach_the_workflow(tmp_path, timeout_s
 
 
 def test_a_tree_without_git_names_the_commit_it_was_given(monkeypatch):
-    from casebook import provenance
+    from casebook.core import provenance
 
     monkeypatch.setattr(provenance, "_git", lambda *args: None)
     monkeypatch.delenv(provenance.COMMIT_VARIABLE, raising=False)
@@ -606,7 +599,7 @@ def test_a_tree_without_git_names_the_commit_it_was_given(monkeypatch):
 
 def test_the_commit_given_wins_over_a_git_carried_beside_the_tree(monkeypatch):
     """The device's copy of the tree came with another commit's .git."""
-    from casebook import provenance
+    from casebook.core import provenance
 
     monkeypatch.setattr(provenance, "_git", lambda *args: "f" * 40)
     monkeypatch.delenv(provenance.COMMIT_VARIABLE, raising=False)
@@ -634,7 +627,7 @@ def repo(monkeypatch, tmp_path):
 
 
 def test_a_carried_tree_names_its_commit_only_while_unchanged(repo, monkeypatch):
-    from casebook import provenance
+    from casebook.core import provenance
 
     stamp = provenance.tree_stamp()
     assert list(stamp["files"]) == ["kernel.py"] and len(stamp["commit"]) == 40
@@ -648,7 +641,7 @@ def test_a_carried_tree_names_its_commit_only_while_unchanged(repo, monkeypatch)
 def test_records_rewritten_under_results_leave_the_commit_clean(repo):
     """Pipeline records and benchmark records alike: one benchmark's record rewritten
     leaves the next benchmark's commit clean."""
-    from casebook import provenance
+    from casebook.core import provenance
 
     tmp_path = repo
     (tmp_path / "results/h200/env.json").write_text('{"new": 1}')

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import paths
+from casebook.core import paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import aot, compile_port, device
 from kernels.grouped_gemm_fp8_bf16.problems import MODES
 
-pytestmark = [pytest.mark.compile]
+pytestmark = [pytest.mark.compile, pytest.mark.host_rehearsal]
 
 needs_dsl = pytest.mark.skipif(not compile_port.dsl_installed(),
                                reason="CuTe DSL is not installed: nothing is compiled here")

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from casebook import bit_exact as step
-from casebook import page_tables, records
+from casebook.core import records
+from casebook.report import page_tables
+from casebook.stages import bit_exact as step
 from kernels.contract import NotRunnable, Runnable
 from kernels.grouped_gemm_fp8_bf16 import bitwise, device, numerics
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from casebook import config, paths
+from casebook.core import config, paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import device, numerics, oracle_f64, problems
 

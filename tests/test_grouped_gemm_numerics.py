@@ -7,11 +7,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from casebook import config
+from casebook.core import config
 from kernels import grouped_gemm_fp8_bf16 as case
 from kernels.grouped_gemm_fp8_bf16 import numerics, oracle_f64, problems
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.host_rehearsal]
 TOLERANCE = config.load_case("configs/cases", case.CASE)["tolerances"]["e5m2_bf16"]
 
 

@@ -13,7 +13,7 @@ import json
 import pytest
 import yaml
 
-from casebook import paths
+from casebook.core import paths
 from kernels import grouped_gemm_fp8_bf16 as case
 from tests.projects import make_project, snakemake
 

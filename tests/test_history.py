@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import history, page_tables, paths, records
-from casebook.errors import CasebookError
+from casebook.core import paths, records
+from casebook.core.errors import CasebookError
 from casebook.measure import stats
+from casebook.report import history, page_tables
 from tests import projects
 
 pytestmark = pytest.mark.timeout(600)
@@ -190,7 +191,8 @@ def test_compare_across_two_real_commits_of_the_device_store(monkeypatch, capsys
 # ran past 480 s beside a CPU burner).
 MEASURE_IN_WORKTREE = """
 import json, sys
-from casebook import config, paths, timing
+from casebook.core import config, paths
+from casebook.stages import timing
 case, baseline, point = sys.argv[1:4]
 defaults, tiny = config.measurement_defaults(), json.loads(sys.argv[4])
 measurement = {**defaults, **tiny,

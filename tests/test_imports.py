@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from casebook import paths
+from casebook.core import paths
 from kernels.grouped_gemm_fp8_bf16 import compile_port
+
+pytestmark = pytest.mark.host_rehearsal
 
 OWN = sorted(
     ".".join(path.relative_to(paths.SOURCE_ROOT).with_suffix("").parts)
@@ -94,5 +96,20 @@ def test_no_module_of_casebook_or_kernels_imports_itself_through_others():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     graph = {module: imports_of(module) for module in MODULES}
-    assert len(graph) > 100 and graph["casebook.records"] >= {"casebook.files"}
+    assert len(graph) > 100 and graph["casebook.core.records"] >= {"casebook.core.files"}
     assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+# What each folder of casebook may import of casebook (docs/layout.md): core stands on
+# nothing else, the measurement engine on core alone.
+BELOW = {"casebook.core": {"casebook.core"},
+         "casebook.measure": {"casebook.core", "casebook.measure"}}
+
+
+@pytest.mark.parametrize("package", sorted(BELOW))
+def test_the_lowest_folders_import_nothing_above_them(package):
+    above = {f"{module} -> {imported}" for module in MODULES if module.startswith(f"{package}.")
+             for imported in imports_of(module)
+             if imported.startswith("casebook.")
+             and ".".join(imported.split(".")[:2]) not in BELOW[package]}
+    assert not above, sorted(above)

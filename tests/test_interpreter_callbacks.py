@@ -16,7 +16,7 @@ from kernels import mgpu_interpret
 from kernels.splash_attention import block_plan, mgpu_forward
 from kernels.splash_attention.problems import inputs, mask_of
 
-pytestmark = [pytest.mark.interpret]
+pytestmark = [pytest.mark.interpret, pytest.mark.host_rehearsal]
 
 
 INSTALLED = mgpu_interpret.numpy_callback_arguments()

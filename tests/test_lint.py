@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from casebook import paths
+from casebook.core import paths
 
 ANSWERED = {"Specify a conda environment or container for each rule."}
 

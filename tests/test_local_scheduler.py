@@ -1,6 +1,6 @@
 """Snakemake's local scheduler makes one pass per finished job with the job-start cap
 dropped, and about n^2/2 passes for n queued jobs with it; a local run starts one GPU job
-at a time unless --resources says otherwise (casebook/local_scheduler.py)."""
+at a time unless --resources says otherwise (casebook/run/local_scheduler.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import types
 
-from casebook import local_scheduler
+from casebook.run import local_scheduler
 
 JOBS = 8
 SNAKEFILE = f"""
@@ -21,7 +21,7 @@ rule one:
     shell: "sleep 0.4; touch {{output}}"
 """
 HOOK = """
-from casebook import local_scheduler
+from casebook.run import local_scheduler
 
 onstart:
     assert local_scheduler.drop_rate_limit(workflow), "no cap was dropped"
@@ -55,7 +55,7 @@ def test_a_remote_run_keeps_its_cap():
 
 
 GPU_SNAKEFILE = """
-from casebook import local_scheduler
+from casebook.run import local_scheduler
 
 local_scheduler.one_gpu_job_at_a_time(workflow)
 

@@ -11,12 +11,12 @@ import fakes
 import numpy as np
 import pytest
 
-from casebook import timing
 from casebook.measure import cache, clocks, engine, gpu, guards, noise, tamper, throttle
+from casebook.stages import timing
 from kernels import contract
 from kernels.contract import Runnable
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.host_rehearsal]
 QUICK = timing.default_settings(warmup_calls=2, criterion="fixed_count", count=15,
                                  repeats=1)
 CPU = engine.Devices(None, "no GPU: test")

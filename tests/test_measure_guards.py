@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from casebook import timing
 from casebook.measure import engine, guards
 from casebook.measure.clocks import Timing
+from casebook.stages import timing
 from kernels.contract import Runnable
 
 pytestmark = pytest.mark.timeout(120)

@@ -11,11 +11,11 @@ import fakes
 import numpy as np
 import pytest
 
-from casebook import timing
 from casebook.measure import engine, guards, noise, stats
+from casebook.stages import timing
 from kernels.contract import Runnable
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.host_rehearsal]
 CPU = engine.Devices(None, "no GPU: test")
 FIXED = timing.default_settings(warmup_calls=1, criterion="fixed_count", count=15, repeats=1)
 WORK_S = 0.002

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from casebook import paths, worker
+from casebook.core import paths
 from casebook.measure import pinning
+from casebook.run import worker
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),
                                     reason="no Linux CPU affinity on this OS")
@@ -94,7 +95,7 @@ def test_pinning_after_importing_jax_pins_xla_too():
 
 
 def test_a_verify_record_says_whether_a_host_stand_in_ran_for_its_kernel():
-    from casebook import stand_ins
+    from casebook.core import stand_ins
 
     def record(*executions):
         return {"checks": [{"execution": e} for e in executions] + [{"error": "not run"}]}

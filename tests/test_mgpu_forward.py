@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
-from casebook import config, paths
-from casebook.verify import compare
+from casebook.core import config, paths
+from casebook.stages.verify import compare
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention import block_plan, mgpu_forward, oracle_f64, port, problems
 from kernels.splash_attention.problems import (
@@ -36,7 +36,7 @@ from kernels.splash_attention.problems import (
     segments,
 )
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 TOL = {dtype: config.shipped_tolerance("splash_attention", dtype, "out")
        for dtype in ("float16", "bfloat16")}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from casebook import cases, config, paths
+from casebook.core import cases, config, paths
 from kernels.moe_nvfp4 import checks, numerics, oracle_f64, oracle_planes
 
 moe = cases.load("moe_nvfp4")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 import kernels.moe_nvfp4 as case
-from casebook import autotune, cases, config, page_tables, records
+from casebook.core import cases, config, records
+from casebook.report import page_tables
+from casebook.stages import autotune
 from kernels.moe_nvfp4 import autotune as candidates_of
 from kernels.moe_nvfp4 import mgpu_gemm, port
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES

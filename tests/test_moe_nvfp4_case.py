@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from casebook import cases, config, paths, verify
+from casebook.core import cases, config, paths
+from casebook.stages import verify
 from kernels.moe_nvfp4 import mgpu_quantize, numerics, port, upstream
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]

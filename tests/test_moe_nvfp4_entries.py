@@ -9,6 +9,8 @@ import pytest
 
 from kernels.moe_nvfp4 import inputs, mgpu_fused, mgpu_gemm, mgpu_quantize, port
 
+pytestmark = pytest.mark.host_rehearsal
+
 E, M, K, N = 2, 128, 256, 256
 U8, I32, F32 = np.uint8, np.int32, np.float32
 

@@ -29,7 +29,7 @@ from kernels.moe_nvfp4 import (
     problems,
 )
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 POISON = 0xFF  # the interpreter's uninitialised uint8
 

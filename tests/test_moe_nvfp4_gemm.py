@@ -19,7 +19,7 @@ import pytest
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import layouts, mgpu_gemm, mgpu_mainloop, numerics, oracle_f64, problems
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 CONFIGS = [mgpu_gemm.TuningConfig(64, 64, 2), mgpu_gemm.TuningConfig(128, 128, 3),
            mgpu_gemm.TuningConfig(64, 128, 1, persistent_ctas=3)]

@@ -11,7 +11,7 @@ import pytest
 from kernels import mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import checks, mgpu_quantize, numerics, oracle_f64, problems
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 POISON = 0xFF  # the interpreter's uninitialised uint8
 

@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import kernels.moe_nvfp4 as case
-from casebook import config
+from casebook.core import config
 from kernels import contract, mgpu_interpret, mgpu_lowering
 from kernels.moe_nvfp4 import (
     checks,
@@ -30,6 +30,8 @@ from kernels.moe_nvfp4 import (
     problems,
 )
 from kernels.moe_nvfp4.mgpu_mainloop import SMEM_LIMIT_BYTES
+
+pytestmark = pytest.mark.host_rehearsal
 
 SPEC = config.load_case(config.load_global()["case_dir"], "moe_nvfp4")
 BLACKWELL = [name for name, v in port.VARIANTS.items() if v.arch == "sm_100a"]

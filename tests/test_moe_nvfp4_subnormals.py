@@ -21,7 +21,7 @@ import kernels.moe_nvfp4 as case
 from kernels import mgpu_interpret
 from kernels.moe_nvfp4 import checks, mgpu_quantize, numerics, problems
 
-pytestmark = [pytest.mark.interpret, pytest.mark.compile]
+pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
 E, M, K = 2, 256, 512  # the interpreted shape of tests/test_moe_nvfp4_quantize.py
 TINY = 2.0**-126  # the smallest normal float32 (and bf16)

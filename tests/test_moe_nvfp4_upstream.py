@@ -12,7 +12,8 @@ import sys
 import pytest
 
 import kernels.moe_nvfp4 as case
-from casebook import build, config, records
+from casebook.core import config, records
+from casebook.stages import build
 from kernels import contract
 from kernels.moe_nvfp4 import upstream
 

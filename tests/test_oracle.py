@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from casebook.verify import compare
+from casebook.stages.verify import compare
 from kernels.splash_attention import masks, oracle_f64
 
 

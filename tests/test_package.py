@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tomllib
 
-from casebook import paths
+from casebook.core import paths
 
 FIND = """
 import json, pkgutil, casebook, kernels.contract, snakemake_logger_plugin_casebook as plugin

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import pipeline_time
 from benchmarks.pipeline_time import occupancy
-from casebook import jobprofile
+from casebook.core import jobprofile
 
 
 def job(rule: str, start: float, seconds: float, threads: int = 1) -> dict:

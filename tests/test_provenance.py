@@ -13,7 +13,9 @@ import types
 
 import pytest
 
-from casebook import config, errors, jobprofile, paths, provenance
+from casebook.core import config, errors, jobprofile, paths, provenance
+
+pytestmark = pytest.mark.host_rehearsal
 
 CASES = ("grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention")
 
@@ -74,7 +76,7 @@ def test_a_job_hash_changes_with_its_own_point_only():
 # (importing), only after.
 CHILD = """
 import os, sys, time
-from casebook import errors
+from casebook.core import errors
 parent = os.getppid()
 if sys.argv[1] == "started":
     errors.end_with_run()

@@ -3,7 +3,7 @@ linking to that case's README, where the details live."""
 
 from __future__ import annotations
 
-from casebook import config, paths
+from casebook.core import config, paths
 
 README = (paths.SOURCE_ROOT / "README.md").read_text().splitlines()
 

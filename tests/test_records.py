@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from casebook import errors, files, records
-from casebook.errors import CasebookError
+from casebook.core import errors, files, records
+from casebook.core.errors import CasebookError
 
 CONDITIONS = {k: ["a fact"] for k in ("reference", "hardware_software", "correctness",
                                       "measurement", "baseline", "reproduction")}
@@ -130,7 +130,7 @@ def randomized_body() -> dict:
 
 
 def test_a_randomized_check_record_round_trips_and_shows_on_the_page(tmp_path):
-    from casebook import conditions
+    from casebook.report import conditions
 
     path = tmp_path / "fuzz.json"
     records.write(path, "randomized_check", randomized_body())

@@ -1,4 +1,4 @@
-"""The page's side-by-side of a port and the kernel it ports (casebook.page_tables), on the
+"""The page's side-by-side of a port and the kernel it ports (casebook.report.page_tables), on the
 SASS facts of case 03's two captured kernels (tests/data/grouped_gemm_sass/)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from casebook import config, page_tables
-from casebook.errors import CasebookError
+from casebook.core import config
+from casebook.core.errors import CasebookError
+from casebook.report import page_tables
 from kernels.grouped_gemm_fp8_bf16 import compile_port, sass, upstream
 
 DATA = Path(__file__).parent / "data" / "grouped_gemm_sass"

@@ -11,20 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casebook import (
-    conditions,
-    config,
-    methods,
-    page_tables,
-    paths,
-    records,
-    site,
-    status,
-    timing,
-)
-from casebook.errors import CasebookError
-from casebook.evidence import Evidence, honest_clock
+from casebook.core import config, paths, records
+from casebook.core.errors import CasebookError
 from casebook.measure import stats
+from casebook.report import conditions, methods, page_tables, site, status
+from casebook.report.evidence import Evidence, honest_clock
+from casebook.stages import timing
 
 CPU = {"model": "Test CPU", "usable_cores": 2}
 H200 = {"name": "NVIDIA H200"}
@@ -331,7 +323,7 @@ def test_numerics_notes_are_stated_on_the_case_page_and_subnormals_on_methods(
 
 
 def test_correctness_labels_never_overlap_however_many_bars():
-    from casebook import figures
+    from casebook.report import figures
 
     ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
     record = {**ev.verify["v", "p"], "worst_error_over_tolerance": 0.3}
@@ -596,7 +588,7 @@ def test_host_work_timed_by_a_device_clock_is_shown_as_not_timed(execution, cloc
 def test_a_bit_exact_kernel_is_named_on_the_error_figure_not_left_without_a_bar():
     """A log axis draws no bar for a zero error: the row says it in words, beside a bar
     that is drawn for a nonzero one; a row without a ratio says that."""
-    from casebook import figures
+    from casebook.report import figures
 
     ev = evidence(interpret=True, gpus=[], kernel_s=1, baseline_s=1)
     base = ev.verify["v", "p"]
@@ -613,7 +605,7 @@ def test_the_timing_figure_sets_a_backward_apart_from_forward_baselines_in_plain
     """One panel per set of outputs computed: a backward (dq, dk, dv) is never a bar
     beside forward baselines; times under a millisecond read in µs, and no tick label
     is written as a power of ten."""
-    from casebook import figures
+    from casebook.report import figures
 
     ev = evidence(interpret=False, gpus=[H200], kernel_s=9e-6, baseline_s=12e-6)
     grads = {"dq": {}, "dk": {}, "dv": {}}
@@ -636,7 +628,7 @@ def test_the_timing_figure_says_what_does_not_fit_and_keeps_a_slot_for_an_untime
     """A baseline that ran out of the device's memory is a result: the figure says so
     where its bar would be, in the panel where it is timed elsewhere; a point with no time
     record keeps its slot and says it has none."""
-    from casebook import figures
+    from casebook.report import figures
 
     ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-3, baseline_s=2e-3)
     ev.spec = {"points": [{"name": "p"}, {"name": "big"}]}
@@ -658,7 +650,7 @@ def test_a_tpu_hosts_records_name_the_chip_not_the_host_cpu(tmp_path, monkeypatc
     """The third TPU window's index cell read "upstream verified (XLA on the host CPU) on
     unknown CPU (13 cores), no GPU": a TPU host's records name its chip, and what ran
     there is a TPU kernel measured by device time."""
-    from casebook import figures
+    from casebook.report import figures
 
     monkeypatch.chdir(tmp_path)
     ev = evidence(interpret=False, gpus=[], kernel_s=1e-3, baseline_s=1.4e-3)

@@ -27,7 +27,7 @@ from slurm_cluster import FEATURE, MARKER, SlurmCluster, Unavailable
 from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 from test_workflow import edited, make_project, snakemake, tiny_case
 
-from casebook import paths
+from casebook.core import paths
 from tests.projects import finished_run, run_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]

@@ -14,8 +14,10 @@ import yaml
 import kernels.grouped_gemm_fp8_bf16 as grouped
 import kernels.moe_nvfp4 as moe
 import kernels.splash_attention as splash
-from casebook import conditions, config, records, speed_of_light, timing
-from casebook.errors import CasebookError
+from casebook.core import config, records, speed_of_light
+from casebook.core.errors import CasebookError
+from casebook.report import conditions
+from casebook.stages import timing
 from kernels import contract
 from kernels.contract import Runnable
 from kernels.splash_attention import masks
@@ -123,7 +125,7 @@ def test_a_cpu_page_states_each_points_bound_on_every_gpu_never_measured():
 
 
 def test_the_methods_page_states_the_rule_and_every_peak_with_its_source():
-    from casebook import methods
+    from casebook.report import methods
 
     rule = methods.measurement_rules()["speed_of_light"]
     assert "max(FLOPs / tensor peak, bytes / bandwidth)" in rule

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from casebook import cases, config
-from casebook.verify import compare
+from casebook.core import cases, config
+from casebook.stages.verify import compare
 from kernels import contract
 from kernels.splash_attention import upstream
 
-pytestmark = [pytest.mark.interpret]
+pytestmark = [pytest.mark.interpret, pytest.mark.host_rehearsal]
 
 splash = cases.load("splash_attention")
 

@@ -1,5 +1,5 @@
 """Case 02's check power: splash attention's near-miss mutants through verify's own check
-(``casebook.check_power``) at every configured point.
+(``casebook.stages.check_power``) at every configured point.
 
 The tolerances are upstream's; whether they catch a 1% bias is what the check_power
 record reports, so only the gross mutants are asserted caught here. The measured
@@ -13,8 +13,11 @@ import re
 import numpy as np
 import pytest
 
-from casebook import cases, check_power, config, verify
+from casebook.core import cases, config
+from casebook.stages import check_power, verify
 from kernels.splash_attention import masks, near_misses, oracle_vjp
+
+pytestmark = pytest.mark.host_rehearsal
 
 CASE_DIR, CASE = "configs/cases", "splash_attention"
 SPEC = config.load_case(CASE_DIR, CASE)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kernels.splash_attention as splash
-from casebook import verify
+from casebook.stages import verify
 from kernels import contract
 from kernels.splash_attention import masks, oracle_f64, oracle_rows, oracle_vjp
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels.splash_attention as case
-from casebook import config
+from casebook.core import config
 from kernels import contract, mgpu_lowering
 from kernels.splash_attention import (
     mgpu_backward_sm100,
@@ -21,6 +21,8 @@ from kernels.splash_attention import (
     mgpu_forward_sm100,
     port,
 )
+
+pytestmark = pytest.mark.host_rehearsal
 
 SPEC = config.load_case(config.load_global()["case_dir"], "splash_attention")
 POINTS = [p for key in ("points", "build_only_points") for p in SPEC[key]]

@@ -10,8 +10,11 @@ import jax
 import pytest
 import yaml
 
-from casebook import config, locks, off_device, paths, stage, wheelhouse
-from casebook.errors import CasebookError
+from casebook.core import config, locks, paths
+from casebook.core.errors import CasebookError
+from casebook.hosts import wheelhouse
+from casebook.run import off_device
+from casebook.stages import point_job
 from kernels import contract, mgpu_interpret
 from kernels.grouped_gemm_fp8_bf16 import device as grouped_device
 
@@ -73,7 +76,7 @@ def test_a_tpu_targets_job_without_the_device_keeps_off_the_chip(monkeypatch):
     """One process at a time can open a TPU: a lowering or a figure of a tpu-v5e run gets
     the CPU (JAX_PLATFORMS), the job that holds the device keeps it, other targets are
     left as they are."""
-    from casebook import hostcapture
+    from casebook.stages import hostcapture
 
     assert set(off_device.TPU_TARGETS) == set(hostcapture.TPU_CLASSES.values())
 
@@ -141,11 +144,11 @@ def test_a_build_only_point_measured_on_the_tpu_is_a_point_there_alone():
 
 
 def test_a_job_of_a_point_measured_elsewhere_is_refused_naming_the_point():
-    job = stage.load(str(SHIPPED), "splash_attention", "tpu-v5e",
+    job = point_job.load(str(SHIPPED), "splash_attention", "tpu-v5e",
                      "s4k_d128_causal", "upstream")
     assert job.params["seq_len"] == 4096 and not job.build_only
     with pytest.raises(CasebookError, match="s4k_d128_causal"):
-        stage.load(str(SHIPPED), "splash_attention", "cpu", "s4k_d128_causal",
+        point_job.load(str(SHIPPED), "splash_attention", "cpu", "s4k_d128_causal",
                    "upstream")
 
 
@@ -183,7 +186,8 @@ def test_a_baseline_that_does_not_fit_in_memory_is_recorded_so_and_any_other_err
     """At S 32768 XLA's dense attention needs 64 GiB of logits: the record says it does
     not fit, with XLA's own line, and the run goes on; any other failure still fails."""
     import kernels.splash_attention as splash
-    from casebook import records, timing
+    from casebook.core import records
+    from casebook.stages import timing
 
     def failing(name, params, build_dir=None):
         def call(*args):
@@ -212,7 +216,8 @@ def test_a_baseline_that_does_not_fit_in_memory_is_recorded_so_and_any_other_err
 def test_a_tpu_hosts_figures_name_its_chip_not_a_missing_gpu():
     """The committed TPU window's host and env records: the hardware condition names the
     chip, its memory and runtime (it read "GPU: none" on the first TPU figures)."""
-    from casebook import conditions, records
+    from casebook.core import records
+    from casebook.report import conditions
 
     host = records.read(paths.host_record("tpu-v5e"), "host")
     env = records.read(paths.env_record("tpu-v5e"), "env")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from casebook import paths, verdict
+from casebook.core import paths
+from casebook.report import verdict
 
 SPEC = {"points": [{"name": "p1"}, {"name": "p2"}], "variants": [{"name": "k"}],
         "baselines": [{"name": "xla"}]}

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from casebook import config, records, verify
-from casebook.errors import CasebookError
+from casebook.core import config, records
+from casebook.core.errors import CasebookError
+from casebook.stages import verify
 from kernels import contract
 from kernels.contract import Runnable
 

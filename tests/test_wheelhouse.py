@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from casebook import host_install, locks, paths, wheelhouse
-from casebook.errors import CasebookError
+from casebook.core import locks, paths
+from casebook.core.errors import CasebookError
+from casebook.hosts import host_install, wheelhouse
+
+pytestmark = pytest.mark.host_rehearsal
 
 LOCK = """\
 alpha==1.0 \\

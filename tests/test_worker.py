@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from casebook import paths, worker
+from casebook.core import paths
+from casebook.run import worker
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.host_rehearsal]
 PYTHONPATH = os.pathsep.join([str(paths.SOURCE_ROOT),
                               *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # What a Snakemake script does first; then it reports where it ran and what it found.
 SCRIPT = """
 import os, sys, time, types
-from casebook import worker
+from casebook.run import worker
 preloaded = "jax" in sys.modules
 worker.fork_from_server(types.SimpleNamespace(threads=int(os.environ.get("JOB_THREADS", 1))),
                         pins_itself=bool(os.environ.get("JOB_PINS")))
@@ -163,7 +164,7 @@ def test_a_process_with_a_thread_or_a_backend_is_not_forked(unsafe, why):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **dict.fromkeys(worker.ONE_THREAD, "1")}
     probe = ("import threading, time\n"
              "import jax\n"
-             "from casebook import worker\n"
+             "from casebook.run import worker\n"
              "assert worker.fork_safe() is None\n"
              f"{unsafe}\n"
              "print(worker.fork_safe())\n")
@@ -176,7 +177,7 @@ def test_the_worker_ends_with_the_run_that_started_it(tmp_path):
     """Its parent gone (a run killed outright), the server stops and removes its socket."""
     path = tmp_path / "w.sock"
     run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    server = subprocess.Popen([sys.executable, "-m", "casebook.worker", str(path),
+    server = subprocess.Popen([sys.executable, "-m", "casebook.run.worker", str(path),
                                str(run.pid)], env={**os.environ, "JAX_PLATFORMS": "cpu"})
     # Its parent is this test, not ``run``: it must stop at once, serving nothing.
     assert server.wait(timeout=120) == 0
@@ -190,7 +191,7 @@ def test_a_forked_jobs_profile_counts_its_own_process_from_its_start(monkeypatch
     process Snakemake started, which the worker passes on."""
     import json
 
-    from casebook import jobprofile
+    from casebook.core import jobprofile
 
     entered = time.time()
     alone = json.loads(jobprofile.line("verify", entered).removeprefix(jobprofile.PREFIX))
@@ -208,7 +209,7 @@ def test_a_process_start_is_read_to_the_clock_tick():
     tick = 1 / os.sysconf("SC_CLK_TCK")
     spawned = time.time()
     out = subprocess.run([sys.executable, "-c", "import time\n"
-                          "from casebook import jobprofile\n"
+                          "from casebook.core import jobprofile\n"
                           "started = jobprofile.process_started()\n"
                           "print(started, time.time())"],
                          capture_output=True, text=True, check=True,

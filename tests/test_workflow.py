@@ -18,8 +18,10 @@ import psutil
 import pytest
 import yaml
 
-from casebook import archive, conditions, fmt, jobprofile, paths
-from casebook.stand_ins import is_stand_in
+from casebook.core import fmt, jobprofile, paths
+from casebook.core.stand_ins import is_stand_in
+from casebook.hosts import archive
+from casebook.report import conditions
 from tests.projects import (
     finished_run,
     make_project,
@@ -552,7 +554,7 @@ def test_a_failed_verification_is_shown_never_timed(tmp_path_factory):
             "mha_causal_f16, cpu/splash_attention/upstream/mha_causal_f16 (the site shows them)")
     assert line in done.stderr.splitlines()
     # A rerun with nothing to do says nothing; the verdict on the records says it again.
-    again = subprocess.run([sys.executable, "-m", "casebook.verdict", "--configfile",
+    again = subprocess.run([sys.executable, "-m", "casebook.report.verdict", "--configfile",
                             str(project.parent / "tiny.yaml")], cwd=project,
                            capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(project)})

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from casebook import files
+from casebook.core import files
 
 COLUMNS = ("sample", "input_set", "seconds", "host_seconds", "kernel_seconds",
            "launch_overhead_seconds", "kernels", "unseen_seconds", "sm_clock_mhz",

@@ -162,7 +162,7 @@ def _check_variant(variant: str) -> None:
 
 
 def work(params: dict[str, Any], computed: tuple[str, ...]) -> dict[str, Any]:
-    """The least work of D = alpha·A·scale(B) + beta·C (``casebook.speed_of_light``):
+    """The least work of D = alpha·A·scale(B) + beta·C (``casebook.core.speed_of_light``):
     2·ΣM·N·K FLOPs in bf16 (e5m2 B converts to bf16 exactly; no faster tensor core takes
     bf16 A), A, B, its scales and (beta nonzero) C read once, D (f16) written once."""
     problem = problems.from_params(params)

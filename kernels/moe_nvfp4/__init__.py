@@ -108,7 +108,7 @@ WHOLE_PATH = ("out_fused", "out_unfused", baselines.OUTPUT)  # hidden -> out, ev
 
 
 def work(params: dict[str, Any], computed: tuple[str, ...]) -> dict[str, Any]:
-    """The least work of computing ``computed`` at ``params`` (``casebook.speed_of_light``)
+    """The least work of computing ``computed`` at ``params`` (``casebook.core.speed_of_light``)
     over the fewest rows a draw can have (``inputs.masked_m``: 0.7 · expected_m per
     expert, or one row in all but one expert): GEMM1 (2·rows·2N·K) and GEMM2 (2·rows·K·N)
     where the outputs need them, in NVFP4 (half a byte per value and a scale byte per 16),

@@ -4,7 +4,7 @@ autotune rule measures (as case 02's ``autotune``).
 Numpy-only (no lowering, no device): every candidate is a ``tiles`` row (block_m,
 block_n, stages, persistent_ctas) a point could carry in the case config, kept when the
 GEMM's sizes are multiples of its tile and its shared memory fits the budget, rejected
-with the reason otherwise. The casebook side (``casebook.autotune``) verifies and times
+with the reason otherwise. The casebook side (``casebook.stages.autotune``) verifies and times
 the kept ones, picks one, and records whether the pick is the variant's hand choice.
 """
 

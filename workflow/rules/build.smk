@@ -1,7 +1,7 @@
 # The build stage: lower/compile each variant at each point of the case's grid (one job per
 # verified point, so that changing a point rebuilds and reverifies it alone; one job for a
 # variant's build-only points), then gather the variant's build record. Lowering needs no
-# GPU (its jobs keep jax off the device: casebook.off_device), so these are CPU jobs on a
+# GPU (its jobs keep jax off the device: casebook.run.off_device), so these are CPU jobs on a
 # cluster too, and run beside the GPU jobs on a GPU host.
 
 

@@ -14,9 +14,11 @@ os.environ.update(
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from casebook import (chip_holder, config as case_config, hostcapture, local_scheduler, paths,
-                      provenance, stand_ins, tile_table, verdict, worker)
-from casebook.errors import RUN_PID, CasebookError
+from casebook.run import chip_holder, local_scheduler, worker
+from casebook.core import config as case_config, paths, provenance, stand_ins
+from casebook.stages import hostcapture, tile_table
+from casebook.report import verdict
+from casebook.core.errors import RUN_PID, CasebookError
 
 # Each job ends when this process does, even one killed while its job was starting up.
 os.environ[RUN_PID] = str(os.getpid())

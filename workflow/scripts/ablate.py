@@ -1,11 +1,13 @@
 """Snakemake script of the ablate stage: lower and time one ablation at one point."""
 
-from casebook import local_scheduler
-from casebook.measured_job import measuring
+from casebook.run import local_scheduler
+from casebook.run.measured_job import measuring
 
 w = snakemake.wildcards
 with measuring(snakemake):
-    from casebook import ablation  # after pinning: XLA sizes its pool when its backend starts
+    from casebook.stages import (
+        ablation,  # after pinning: XLA sizes its pool when its backend starts
+    )
 
     ablation.run(
         snakemake.config["case_dir"], w.case, w.ablation, w.point, w.target,

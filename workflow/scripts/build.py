@@ -1,11 +1,11 @@
 """Snakemake script of the build stage: one variant's build record from its points' records."""
 
-from casebook import worker
+from casebook.run import worker
 
 worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
 
-from casebook import build
-from casebook.errors import reported
+from casebook.core.errors import reported
+from casebook.stages import build
 
 with reported(snakemake):
     w = snakemake.wildcards

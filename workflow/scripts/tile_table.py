@@ -1,11 +1,11 @@
 """Snakemake script: a target's tile table from its tile_choice records."""
 
-from casebook import worker
+from casebook.run import worker
 
 worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
 
-from casebook import tile_table
-from casebook.errors import reported
+from casebook.core.errors import reported
+from casebook.stages import tile_table
 
 with reported(snakemake):
     w = snakemake.wildcards

@@ -1,11 +1,11 @@
 """Snakemake script of the time stage: time one verified variant at one point."""
 
-from casebook import local_scheduler
-from casebook.measured_job import measuring
+from casebook.run import local_scheduler
+from casebook.run.measured_job import measuring
 
 w = snakemake.wildcards
 with measuring(snakemake):
-    from casebook import timing  # after pinning: XLA sizes its pool when its backend starts
+    from casebook.stages import timing  # after pinning: XLA sizes its pool when its backend starts
 
     timing.time_kernel(
         snakemake.config["case_dir"], w.case, w.variant, w.point, w.target,

@@ -1,11 +1,11 @@
 """Snakemake script of the verify stage: verify one variant at one point against the oracle."""
 
-from casebook import worker
+from casebook.run import worker
 
 worker.fork_from_server(snakemake)  # jax and the cases imported once, in the run's worker
 
-from casebook import verify
-from casebook.errors import reported
+from casebook.core.errors import reported
+from casebook.stages import verify
 
 with reported(snakemake):
     w = snakemake.wildcards

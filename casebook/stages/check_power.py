@@ -1,0 +1,155 @@
+"""The check-power stage: each case's near-miss mutants run through verify's own check.
+
+A check that passes a wrong kernel certifies it. For every point, the case's correct
+outputs (``model_outputs``) must pass and each of its mutants (``kernels.mutants``) must
+fail, on fresh seeded inputs, trial after trial, judged as for a kernel whose outputs
+were poisoned and for one whose were not; the smallest uniform bias the check detects,
+relative to the output's RMS, is found by bisection. A mutant that passes in any trial is
+not caught, and every figure showing that output is marked WEAK.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from casebook.core import provenance, records
+from casebook.stages import point_job, verify
+from kernels.mutants import biased
+
+BIAS_RANGE = (1e-9, 1.0)  # relative to the output's RMS: the bisection's bracket
+BIAS_STEPS = 12  # log-space bisection: a factor of 10^(9/2^12) ≈ 1.005 at the end
+# A kernel's outputs NaN before it ran (the interpreter's check) or not (a GPU, a timed
+# run): a case's compare may hold poisoned outputs to more (rows never to be written).
+POISON_MODES = {"plain": False, "poisoned": True}
+
+
+def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str, Any]:
+    job = point_job.load(case_dir, case, target, point)
+    return records.write(out, "check_power", {
+        "target": target, "case": case, "point": point, "params": job.params,
+        "sources_sha256": provenance.job_sha256(job.spec, point=point),
+        **measure(job.plugin, job.params, job.spec, job.path)})
+
+
+def _check(plugin, params, inputs, want, tolerance, output, value, correct,
+           poisoned=False):
+    """``output`` checked as ``value``, every other output as written correctly."""
+    return verify.check_outputs(params, inputs, {output: value}, want, tolerance,
+                                getattr(plugin, "compare", None), poisoned, correct)
+
+
+def _detects(plugin, params, inputs, want, tolerance, output, value, correct,
+             fraction) -> bool:
+    return not _check(plugin, params, inputs, want, tolerance, output,
+                      biased(value, fraction), correct)["passed"]
+
+
+def smallest_bias(detects) -> float | None:
+    """The smallest fraction in BIAS_RANGE that ``detects`` (monotone) flags; None if even
+    the largest passes."""
+    low, high = (math.log10(b) for b in BIAS_RANGE)
+    if not detects(10**high):
+        return None
+    if detects(10**low):
+        return 10**low
+    for _ in range(BIAS_STEPS):
+        middle = (low + high) / 2
+        low, high = (low, middle) if detects(10**middle) else (middle, high)
+    return 10**high
+
+
+def _both(plugin, params, inputs, want, tolerance, output, value, correct
+          ) -> dict[str, Any]:
+    """One output checked as a kernel's, with and without poisoned outputs."""
+    return {mode: _summary(_check(plugin, params, inputs, want, tolerance, output, value,
+                                  correct, poisoned))
+            for mode, poisoned in POISON_MODES.items()}
+
+
+def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
+            path: object) -> dict[str, Any]:
+    """The body of a check_power record: controls, mutants and the bias detected, each
+    check made as for a kernel whose outputs were poisoned and for one whose were not."""
+    tolerance = verify.tolerance_of(spec, params, path)
+    seed = verify.draw_seed()
+    mutants = plugin.mutants(params)
+    found = {(m.output, m.name): {"name": m.name, "output": m.output,
+                                  "description": m.description,
+                                  **{mode: [] for mode in POISON_MODES}}
+             for m in mutants}
+    controls: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    biases: dict[str, list[float | None]] = {}
+    for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
+        inputs = plugin.make_inputs(params, np.random.default_rng(stream))
+        want = plugin.oracle(params, inputs)
+        correct = plugin.model_outputs(params, inputs, want)
+        for output, value in correct.items():
+            for mode, check in _both(plugin, params, inputs, want, tolerance, output,
+                                     value, correct).items():
+                controls.setdefault(output, {m: [] for m in POISON_MODES})[mode].append(check)
+            biases.setdefault(output, []).append(smallest_bias(functools.partial(
+                _detects, plugin, params, inputs, want, tolerance, output, value, correct)))
+        for m in mutants:
+            got = m.make(params, inputs, want, correct[m.output])
+            if got is not None:
+                row = found[m.output, m.name]
+                for mode, check in _both(plugin, params, inputs, want, tolerance,
+                                         m.output, got, correct).items():
+                    row[mode].append(check)
+    rows = [_verdict(row) for row in found.values()]
+    applicable = [r for r in rows if r["applicable"]]
+    return {
+        "seed": seed, "trials": spec["verify"]["trials"],
+        "controls": {o: {"passed": all(c["passed"] for c in checks["plain"]),
+                         "passed_poisoned": all(c["passed"] for c in checks["poisoned"]),
+                         "trials": checks["plain"], "poisoned_trials": checks["poisoned"]}
+                     for o, checks in controls.items()},
+        "smallest_bias_detected": {o: None if None in b else max(b)
+                                   for o, b in biases.items()},
+        "mutants": rows,
+        "applicable": len(applicable),
+        "caught": sum(r["caught"] for r in applicable),
+        "missed": [f"{r['output']}:{r['name']}" for r in applicable if not r["caught"]],
+        "caught_poisoned": sum(r["caught_poisoned"] for r in applicable),
+        "missed_poisoned": [f"{r['output']}:{r['name']}" for r in applicable
+                            if not r["caught_poisoned"]],
+    }
+
+
+def _summary(check: dict[str, Any]) -> dict[str, Any]:
+    return {"passed": check["passed"], "nan_count": check.get("nan_count") or 0,
+            "max_abs_error": check.get("max_abs_error"),
+            "worst_error_over_tolerance": check.get("worst_error_over_tolerance"),
+            **({"error": check["error"]} if check.get("error") else {})}
+
+
+def _verdict(row: dict[str, Any]) -> dict[str, Any]:
+    """Caught: the check failed the mutant in every trial where it applies."""
+    plain, poisoned = row.pop("plain"), row.pop("poisoned")
+    return {**row, "trials": plain, "poisoned_trials": poisoned, "applicable": bool(plain),
+            "caught": bool(plain) and not any(t["passed"] for t in plain),
+            "caught_poisoned": bool(poisoned) and not any(t["passed"] for t in poisoned)}
+
+
+def power(record: dict[str, Any], outputs: set[str] | frozenset[str],
+          poisoned: bool = False) -> dict[str, Any]:
+    """The check's power for a figure showing ``outputs`` whose kernel ran with poisoned
+    outputs or not: mutants caught of those applicable, the ones missed, the smallest bias
+    detected, whether each correct output passed its own check, and why it is weak."""
+    caught, passed = ("caught_poisoned", "passed_poisoned") if poisoned else \
+        ("caught", "passed")
+    rows = [r for r in record["mutants"] if r["output"] in outputs and r["applicable"]]
+    missed = [f"{r['output']}:{r['name']}" for r in rows if not r[caught]]
+    controls = [record["controls"][o][passed] for o in outputs if o in record["controls"]]
+    why = (f"lets {', '.join(missed)} pass" if missed else
+           "fails the correct output" if not all(controls) else
+           "no mutant covers what it computes" if not rows else None)
+    return {"caught": len(rows) - len(missed), "applicable": len(rows), "missed": missed,
+            "controls_passed": all(controls), "poisoned": poisoned,
+            "bias": {o: record["smallest_bias_detected"].get(o) for o in sorted(outputs)
+                     if o in record["smallest_bias_detected"]},
+            "weak": why is not None, "why": why}
