@@ -333,3 +333,31 @@ def test_screenshots_are_saved_and_the_pages_fit_their_budgets(browser, site):
             elif page_name != "methods.html":
                 budget = TALLEST.get(page_name, TALLEST["case"])
                 assert height <= budget, f"{page_name}: {height} px tall at 1400 px"
+
+
+SMALLEST_LABEL_PX = 9
+SVG_FONT = re.compile(r"font[^;\"]*?(\d+(?:\.\d+)?)px")
+SVG_WIDTH = re.compile(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"')
+
+
+def test_every_figure_label_reads_at_9_px_or_more(browser, site):
+    """At 1400 and at 390 px, each figure's smallest text, scaled by the width the image is
+    shown at, is at least 9 CSS px: a figure drawn too wide for its box (a long title, a
+    mangled kernel name) or in a too-small font fails here."""
+    assert SVG_FONT.findall('style="font: 7px \'DejaVu Sans\'"') == ["7"]  # the scan works
+    shown = 0
+    for viewport in (WIDE, NARROW):
+        visit = Visit(browser, site.as_uri() + "/", viewport=viewport)
+        for url in crawl(visit):
+            page = visit.open(url)
+            for src, width in page.eval_on_selector_all(
+                    "figure img", "imgs => imgs.map(i => [i.src, i.clientWidth])"):
+                svg = Path(unquote(urlparse(src).path)).read_text()
+                smallest = min(float(size) for size in SVG_FONT.findall(svg))
+                drawn_width = float(SVG_WIDTH.search(svg).group(1))
+                px = smallest * width / drawn_width
+                assert px >= SMALLEST_LABEL_PX, (
+                    f"{url} at {viewport['width']} px: {src} shows text at {px:.1f} px")
+                shown += 1
+        visit.close()
+    assert shown >= 16  # every figure of cases 02 and 01, at both widths

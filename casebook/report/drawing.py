@@ -16,6 +16,11 @@ from casebook.core import files
 from casebook.report.evidence import Evidence
 
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
+# Every figure is drawn this wide and no text smaller, so that shown at the case page's
+# figure width (about 700 px, or scrolled at no less on a phone) no label is under 9 px
+# (tests/test_browser.py measures it).
+WIDTH_IN = 6.4
+MIN_FONT_PT = 7
 
 
 def face_label(ev: Evidence, made: list[dict[str, Any]]) -> str:
@@ -35,7 +40,9 @@ def face_label(ev: Evidence, made: list[dict[str, Any]]) -> str:
 
 def save(fig: plt.Figure, path: str) -> None:
     """Write ``fig`` to ``path`` as SVG, atomically, with no date (reruns compare), and
-    close it."""
+    close it. Its titles wrap at its edges, so that a long face label cannot widen it."""
+    for text in (fig.texts + [ax.title for ax in fig.axes]):
+        text.set_wrap(True)
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     plt.close(fig)

@@ -226,15 +226,25 @@ def lowered_launches(ev: Evidence) -> list[dict[str, Any]]:
     rows = []
     for variant, build in ev.builds.items():
         for point in build["points"]:
-            for artifact in point.get("artifacts", []):
-                facts = artifact["facts"]
-                if "dynamic_smem_bytes" in facts:
-                    rows.append({"variant": variant, "point": point["point"],
-                                 "build_only": point.get("build_only", False),
-                                 "target": artifact["target"], **facts})
+            launches = [a for a in point.get("artifacts", [])
+                        if "dynamic_smem_bytes" in a["facts"]]
+            for artifact in launches:
+                rows.append({"variant": variant, "point": point["point"],
+                             "build_only": point.get("build_only", False),
+                             "target": artifact["target"], **artifact["facts"],
+                             "kernels_in_build": len(launches)})
     return rows
 
 
+KERNEL_NAME_CHARS = 32  # a (mangled) kernel name is cut to this in labels
+
+
 def launch_name(row: dict[str, Any]) -> str:
-    """The variant, and which of its kernels when it lowers to several (facts["kernel"])."""
-    return f"{row['variant']} {row['kernel']}" if row.get("kernel") else row["variant"]
+    """The variant, and which of its kernels (facts["kernel"], cut short) where its build
+    at the point lowers to several."""
+    kernel = row.get("kernel") if row.get("kernels_in_build", 1) > 1 else None
+    if not kernel:
+        return row["variant"]
+    if len(kernel) > KERNEL_NAME_CHARS:
+        kernel = kernel[:KERNEL_NAME_CHARS - 1] + "…"
+    return f"{row['variant']} {kernel}"

@@ -13,7 +13,16 @@ from typing import Any
 
 from casebook.core import cases, config, paths, records
 from casebook.report import conditions, scaling
-from casebook.report.drawing import face_label, outputs_of, plain_log_ticks, plt, save, time_unit
+from casebook.report.drawing import (
+    MIN_FONT_PT,
+    WIDTH_IN,
+    face_label,
+    outputs_of,
+    plain_log_ticks,
+    plt,
+    save,
+    time_unit,
+)
 from casebook.report.evidence import DOES_NOT_FIT, Evidence, gather, launch_name, lowered_launches
 
 
@@ -21,7 +30,7 @@ def draw_correctness(ev: Evidence) -> plt.Figure:
     """One horizontal bar per variant and point (labels never crowd an axis). A log axis
     draws no bar for a zero error: such a row says "0: bit-exact" in words instead, and a
     row without a ratio (an exact-only tolerance) says so."""
-    fig, ax = plt.subplots(figsize=(6.4, 0.24 * len(ev.ran) + 1.3))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.24 * len(ev.ran) + 1.3), layout="constrained")
     labels, values, colours = [], [], []
     for (variant, point), record in ev.ran.items():
         worst = record["worst_error_over_tolerance"]
@@ -40,9 +49,9 @@ def draw_correctness(ev: Evidence) -> plt.Figure:
     for row, (value, colour) in enumerate(zip(values, colours, strict=True)):
         if not value > 0:
             ax.text(low * 1.2, row, "0: bit-exact" if value == 0 else "no ratio (exact only)",
-                    va="center", fontsize=7, color=colour)
+                    va="center", fontsize=MIN_FONT_PT, color=colour)
     ax.set_xlabel("worst |error| / tolerance")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="lower right", fontsize=MIN_FONT_PT)
     ax.set_title(f"Worst error against tolerance\n{face_label(ev, list(ev.ran.values()))}")
     return fig
 
@@ -73,7 +82,8 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
               f"{launch_name(g[0])} @ {len(g)} points ({g[0]['point']}, …)"
               for g in same.values()]
     fig, axes = plt.subplots(1, 2 if registers else 1, squeeze=False, sharey=True,
-                             figsize=(9.6 if registers else 7.2, 0.28 * len(rows) + 1.4))
+                             figsize=(WIDTH_IN, 0.19 * len(rows) + 1.4),
+                             layout="constrained")
     panels = [("dynamic shared memory per CTA (KiB)", [r["dynamic_smem_bytes"] / 1024
                                                        for r in rows],
                rows[0]["smem_limit_bytes"] / 1024, "KiB per block")]
@@ -85,7 +95,7 @@ def build_figure(ev: Evidence, path: str) -> dict[str, Any]:
         ax.axvline(limit, color="black", linestyle="--", linewidth=1,
                    label=f"limit {limit:.0f} {unit}")
         ax.set_xlabel(label)
-        ax.legend(loc="lower right", fontsize=7)
+        ax.legend(loc="lower right", fontsize=MIN_FONT_PT)
     axes[0][0].invert_yaxis()
     targets = ", ".join(sorted({r["target"] for r in rows}))
     title = "Shared memory and registers" if registers else "Shared memory"
@@ -135,10 +145,11 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
                 f"{label.removeprefix('baseline: ')}: does not fit in memory")
     unit, scale = time_unit([m["median_s"] for series in groups.values()
                              for by_point in series.values() for m in by_point.values()])
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.4 * len(groups), 3.6), squeeze=False,
-                             layout="constrained")
-    for ax, (key, series) in zip(axes[0], sorted(groups.items(), key=lambda g: sorted(g[0])),
-                                 strict=True):
+    # One panel under another: each as wide as the figure, so its labels stay readable.
+    fig, axes = plt.subplots(len(groups), 1, figsize=(WIDTH_IN, 3.2 * len(groups) + 0.6),
+                             squeeze=False, layout="constrained")
+    for ax, (key, series) in zip(axes[:, 0], sorted(groups.items(),
+                                                    key=lambda g: sorted(g[0])), strict=True):
         outputs = named.get(key, ())
         width = 0.8 / max(len(series), 1)
         for i, (label, by_point) in enumerate(series.items()):
@@ -148,7 +159,7 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
                       [(m["ci_high_s"] - m["median_s"]) * scale for m in ms]]
             ax.bar(xs, [m["median_s"] * scale for m in ms], width, yerr=errors, capsize=2,
                    label=label)
-        ax.set_xticks(range(len(points)), points, fontsize=7 if len(points) > 3 else None,
+        ax.set_xticks(range(len(points)), points, fontsize=MIN_FONT_PT if len(points) > 3 else None,
                       rotation=20 if len(points) > 3 else 0,
                       ha="right" if len(points) > 3 else "center")
         ax.set_xlim(-0.6, len(points) - 0.4)  # a point with no bar keeps its slot
@@ -157,7 +168,7 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
             said = untimed.get((key, index), [])
             if said or index not in shown:
                 ax.text(index, 0.03, "\n".join(said or ["no time record"]), ha="center",
-                        va="bottom", rotation=90, fontsize=6, color="0.35",
+                        va="bottom", rotation=90, fontsize=MIN_FONT_PT, color="0.35",
                         transform=ax.get_xaxis_transform())
         ax.set_yscale("log")
         plain_log_ticks(ax.yaxis)
@@ -168,7 +179,7 @@ def draw_timing(ev: Evidence, points: list[str]) -> plt.Figure:
         ax.set_ylabel(f"median time per call ({unit}), 95% CI")
         ax.set_title(f"computing {', '.join(outputs)}" if outputs else "", fontsize=9)
         if series:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=MIN_FONT_PT)
     floor = (f"A/A noise floor ±{ev.noise_floor['noise_floor']:.1%} apart, "
              f"±{ev.noise_floor['paired']['noise_floor']:.1%} interleaved" if ev.noise_floor
              else "no noise floor recorded")
@@ -204,7 +215,7 @@ def contrast_figure(ev: Evidence, contrast: dict[str, Any], points: list[str],
     tensors each hands between its kernels through memory (``moved``: variant -> point ->
     [{tensor, bytes}]). Timed in separate jobs: not a paired comparison."""
     pair = (contrast["variant"], contrast["against"])
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.4), layout="constrained")
     for i, variant in enumerate(pair):
         ms = [ev.time[(variant, p)]["measurement"] for p in points]
         xs = [j + (i - 0.5) * 0.4 for j in range(len(points))]
@@ -213,7 +224,7 @@ def contrast_figure(ev: Evidence, contrast: dict[str, Any], points: list[str],
                      [(m["ci_high_s"] - m["median_s"]) * 1e3 for m in ms]], capsize=2)
     ax.set_xticks(range(len(points)), points)
     ax.set_ylabel("median time per call (ms), 95% CI")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=MIN_FONT_PT)
     made = [ev.time[(v, p)] for v in pair for p in points]
     ax.set_title(f"{contrast['title']}\n{face_label(ev, made)}")
     save(fig, path)
@@ -296,7 +307,7 @@ def ablation_figure(ev: Evidence, variant: str, points: list[str], path: str
     series += [(name, {p: r for p in points
                        if (r := ev.ablations.get((name, p), {})).get("timed")})
                for name in names]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.6), layout="constrained")
     width = 0.8 / len(series)
     for i, (label, by_point) in enumerate(series):
         ms = [r["measurement"] for r in by_point.values()]
@@ -306,7 +317,7 @@ def ablation_figure(ev: Evidence, variant: str, points: list[str], path: str
                      [(m["ci_high_s"] - m["median_s"]) * 1e3 for m in ms]], capsize=2)
     ax.set_xticks(range(len(points)), points)
     ax.set_ylabel("median time per call (ms), 95% CI")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=MIN_FONT_PT)
     made = [r for _, by_point in series for r in by_point.values()]
     ax.set_title(f"Where the time goes: {variant}, one part off at a time\n"
                  f"{face_label(ev, made)}")

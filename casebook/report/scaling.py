@@ -20,7 +20,16 @@ from matplotlib import lines as mlines
 
 from casebook.core.fmt import seconds
 from casebook.report import status
-from casebook.report.drawing import face_label, outputs_of, plain_log_ticks, plt, save, time_unit
+from casebook.report.drawing import (
+    MIN_FONT_PT,
+    WIDTH_IN,
+    face_label,
+    outputs_of,
+    plain_log_ticks,
+    plt,
+    save,
+    time_unit,
+)
 from casebook.report.evidence import DOES_NOT_FIT, Evidence
 
 MIN_SIZES = 3  # a series' sizes: two make a ratio (the timing figure shows it), not a trend
@@ -131,23 +140,21 @@ def panels(ev: Evidence, points: tuple[str, ...]) -> list[Panel]:
 
 
 def draw(ev: Evidence, rows: list[tuple[Series, list[Panel]]]) -> plt.Figure:
-    """A row of panels per series: log-2 size across, log time up, median and interval per
-    timed point, the speed-of-light bound dashed, what does not fit marked at the top."""
-    columns = max(len(row_panels) for _, row_panels in rows)
-    fig, axes = plt.subplots(len(rows), columns, squeeze=False, layout="constrained",
-                             figsize=(4.6 * columns, 3.4 * len(rows) + 0.6))
+    """A panel per series and set of outputs, one under another: log-2 size across, log
+    time up, median and interval per timed point, the speed-of-light bound dashed, what
+    does not fit marked at the top."""
+    stacked = [(line, panel) for line, row_panels in rows for panel in row_panels]
+    fig, axes = plt.subplots(len(stacked), 1, squeeze=False, layout="constrained",
+                             figsize=(WIDTH_IN, 3.0 * len(stacked) + 0.9))
     labels = sorted(dict.fromkeys(label for _, row_panels in rows for panel in row_panels
                                   for label in (*panel.lines, *panel.no_fit)),
                     key=lambda label: label.startswith("baseline: "))  # kernels first
     colour = {label: f"C{i % 10}" for i, label in enumerate(labels)}
     marker = {label: MARKERS[i % len(MARKERS)] for i, label in enumerate(labels)}
     made = []
-    for (line, row_panels), row in zip(rows, axes, strict=True):
-        for ax in row[len(row_panels):]:
-            ax.set_visible(False)
-        for ax, panel in zip(row, row_panels, strict=False):
-            made += [r for by_point in panel.lines.values() for r in by_point.values()]
-            _draw_panel(ax, line, panel, colour, marker)
+    for (line, panel), ax in zip(stacked, axes[:, 0], strict=True):
+        made += [r for by_point in panel.lines.values() for r in by_point.values()]
+        _draw_panel(ax, line, panel, colour, marker)
     handles = [mlines.Line2D([], [], color=colour[label], marker=marker[label], label=label)
                for label in labels if any(label in p.lines for _, ps in rows for p in ps)]
     if any(p.bounds() for _, ps in rows for p in ps):
@@ -157,8 +164,8 @@ def draw(ev: Evidence, rows: list[tuple[Series, list[Panel]]]) -> plt.Figure:
         handles.append(mlines.Line2D([], [], color="0.3", marker="x", linestyle="none",
                                      label="does not fit in the device's memory (× in its "
                                            "line's colour)"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3),
-               fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 2),
+               fontsize=MIN_FONT_PT, frameon=False)
     param = ", ".join(dict.fromkeys(line.param for line, _ in rows))
     fig.suptitle(f"Time per call against {param}\n{face_label(ev, made)}", fontsize=9)
     return fig
@@ -191,7 +198,7 @@ def _draw_panel(ax, line: Series, panel: Panel, colour: dict[str, str],
             if tiles := panel.tiles.get((label, point)):
                 ax.text(size[point], TILE_ROW * (row + 0.3), tiles.replace(", ", "\n"),
                         transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                        fontsize=6, color=colour[label])
+                        fontsize=MIN_FONT_PT, color=colour[label])
     ax.set_yscale("log")
     low = min([m["ci_low_s"] for m in times] + list(bounds.values())) * scale
     high = max(m["ci_high_s"] for m in times) * scale * 4  # room for the top's × marks
@@ -200,7 +207,7 @@ def _draw_panel(ax, line: Series, panel: Panel, colour: dict[str, str],
     ax.set_ylim(low / (high / low) ** (strip / (1 - strip)) / 2, high)
     plain_log_ticks(ax.yaxis)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(line.sizes, [str(s) for s in line.sizes], fontsize=7)
+    ax.set_xticks(line.sizes, [str(s) for s in line.sizes], fontsize=MIN_FONT_PT)
     ax.set_xticks([], minor=True)
     ax.set_xlim(line.sizes[0] / 1.3, line.sizes[-1] * 1.3)
     ax.set_xlabel(f"{line.param} (log 2)")

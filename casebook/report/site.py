@@ -129,8 +129,15 @@ def _figures(case: str, target: str, manifest: dict[str, Any], root: str,
         figures.append({**sidecar, "src": paths.site_href(published, root),
                         "sidecar_href": publish(sidecar_path),
                         "panel": panel(sidecar["conditions"]),
+                        "caption_parts": lead_sentence(sidecar["caption"]),
                         "anchor": f"{target}-{name}"})
     return figures
+
+
+def lead_sentence(caption: str) -> tuple[str, str]:
+    """``caption`` as its first sentence, shown, and the rest, folded ("" if none)."""
+    lead, dot, rest = caption.partition(". ")
+    return (lead + dot.strip(), rest.strip())
 
 
 def _raw_records(ev: Evidence, manifest_path: str,
