@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.grouped_gemm_fp8_bf16 import sass, schedule, upstream
+from kernels.grouped_gemm_fp8_bf16 import port, sass, schedule, upstream
 
 pytestmark = [pytest.mark.compile, pytest.mark.timeout(1500)]
 
@@ -38,6 +38,8 @@ def test_example_69_compiles_for_sm90a_with_its_resources(built):
         kernel = facts["kernels"][mode]
         assert 0 < kernel["dynamic_smem_bytes"] <= schedule.SMEM_LIMIT_BYTES
         assert kernel["threads"] == 384 and kernel["stages"] > 1
+        # The port's ring is sized by this kernel's builder rule (port.stage_count).
+        assert kernel["stages"] == port.GroupedMixedGemm(mode == "scale_only").stages
         assert 0 < kernel["registers_per_thread"] <= 255 and kernel["local_bytes"] == 0
         assert set(kernel["sass_mma"]) == {"HGMMA.64x16x16.F32.BF16"}
     # The library the GPU host times through exports the harness's C entry points.

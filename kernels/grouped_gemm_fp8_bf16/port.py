@@ -9,8 +9,8 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 - CTA tile 128 (N) × 16 (M) × 64 (K), as example 69; two consumer warpgroups of 64 rows of
   N each; one producer warp issues TMA loads of the fp8 B tile, its row of bf16 scales
   (ScaleOnly) and the bf16 A tile into a ring of shared-memory buffers (mbarrier
-  pipeline) as deep as fits, by the rule of example 69's builder (``stage_count``); 384
-  threads per CTA.
+  pipeline) as deep as example 69's, by its builder's rule and carve-outs
+  (``stage_count``); 384 threads per CTA.
 - Mainloop as the example's (``_mma_k_tile``): per k-block of 16, wait until at most 3
   wgmma are in flight (the one that read the block's registers a K tile earlier has
   retired), convert into them, fence, issue; a stage is released a K tile later, once
@@ -34,6 +34,7 @@ addresses recomputed per K tile more than the example's; C is read from global m
 rather than staged by TMA.
 """
 
+import math
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -49,21 +50,60 @@ TILE = (schedule.TILE_N, schedule.TILE_M, schedule.TILE_K)
 # CUTLASS's sm90 builders align each stage of a swizzled ring to the 128-byte swizzle's
 # 1024-byte atom and count a stage's full and empty mbarriers (8 bytes each) beside it.
 SMEM_ALIGNMENT, STAGE_BARRIER_BYTES = 1024, 16
+TMA_DESCRIPTOR_BYTES = 128  # cute::TmaDescriptor (CUtensorMap)
 THREADS = 384  # one producer warpgroup (one warp issues TMA) + two consumer warpgroups
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg split, as CUTLASS's sm90
 
 
-def stage_count(stage_bytes: int, carveout_bytes: int = 0) -> int:
-    """The deepest ring that fits, by the rule of the builder that sizes example 69's ring
-    (CUTLASS's ``compute_stage_count_or_override_single_affine_transformed_input``): the
-    shared-memory capacity less the carve-out, both in whole alignment units, over a
-    stage's tiles rounded up to the alignment plus its barriers."""
-    def round_up(n):
-        return -(-n // SMEM_ALIGNMENT) * SMEM_ALIGNMENT
+def _round_up(n: int, unit: int = SMEM_ALIGNMENT) -> int:
+    return -(-n // unit) * unit
 
-    capacity = schedule.SMEM_LIMIT_BYTES // SMEM_ALIGNMENT * SMEM_ALIGNMENT
-    return (capacity - round_up(carveout_bytes)) // (round_up(stage_bytes)
-                                                      + STAGE_BARRIER_BYTES)
+
+def example_kernel_carveout() -> int:
+    """What example 69's mainloop builder (CUTLASS's sm90_gmma_builder.inl, the
+    mixed-input pointer-array case: ``KernelSmemCarveout``) takes off the shared-memory
+    capacity for the kernel: the mainloop's four tensor maps (A, B, scale, zero) and the
+    group scheduler's pipeline (``PipelineAsyncSharedStorage<8>``: a full and an empty
+    barrier per stage)."""
+    return 4 * TMA_DESCRIPTOR_BYTES + 8 * STAGE_BARRIER_BYTES
+
+
+def example_epilogue_storage() -> int:
+    """``sizeof(CollectiveEpilogue::SharedStorage)``, which example 69 carves out of its
+    ring's budget (``StageCountAutoCarveout``), by the rules of CUTLASS's sm90_builder.inl
+    and sm90_epilogue_array_tma_warpspecialized.hpp for its epilogue (cooperative
+    pointer-array TMA, f16 C and D, LinearCombination):
+
+    - epilogue tile min(128, tile N) × gcd(min(32, tile M), tile M); StagesD = min(tiles,
+      2); C and D of one width over 8 bits share their buffers (``ReuseSmemC``), so
+      StagesC = max(min(tiles, 4), StagesD + 1);
+    - tensors: StagesC tiles of C (D reuses them) aligned to the 128-byte swizzle's
+      1024 B, then the fusion's empty storage (1 byte in C++), rounded up to 1024 B;
+    - tensor maps: one for C and one for D per epilogue warpgroup (2), 128 B each;
+    - the C load pipeline: a full and an empty barrier per C stage;
+
+    the struct rounded up to its 1024-byte alignment."""
+    tile_n, tile_m, _ = TILE
+    epi_n, epi_m = min(128, tile_n), math.gcd(min(32, tile_m), tile_m)
+    tiles = (tile_n // epi_n) * (tile_m // epi_m)
+    stages_d = min(tiles, 2)
+    stages_c = max(min(tiles, 4), stages_d + 1)
+    tensors = _round_up(stages_c * epi_n * epi_m * cutlass.Float16.width // 8 + 1)
+    tensor_maps = (1 + 2) * TMA_DESCRIPTOR_BYTES
+    return _round_up(tensors + tensor_maps + stages_c * STAGE_BARRIER_BYTES)
+
+
+def stage_count(stage_bytes: int) -> int:
+    """The deepest ring that example 69's builder sizes for a stage of ``stage_bytes``
+    (CUTLASS's ``compute_stage_count_or_override_single_affine_transformed_input``): the
+    capacity less the kernel's carve-out, in whole alignment units, less the epilogue's
+    shared storage rounded up to the alignment, over a stage's tiles rounded up to the
+    alignment plus its barriers. The port carves out what the example reserves, not what
+    it uses (its D tile, 4,096 B), so that its ring is as deep as the example's."""
+    capacity = ((schedule.SMEM_LIMIT_BYTES - example_kernel_carveout())
+                // SMEM_ALIGNMENT * SMEM_ALIGNMENT)
+    return ((capacity - _round_up(example_epilogue_storage()))
+            // (_round_up(stage_bytes) + STAGE_BARRIER_BYTES))
 
 
 @cute.jit
@@ -86,12 +126,11 @@ class GroupedMixedGemm:
         self.tile = TILE
         tile_n, tile_m, tile_k = TILE
         # A stage: the fp8 B tile, the bf16 A tile and, in ScaleOnly, the B tile's row of
-        # bf16 scales; carved out beside the ring: the f16 D tile the epilogue stages.
+        # bf16 scales.
         self.stages = stage_count(
             tile_n * tile_k * cutlass.Float8E5M2.width // 8
             + tile_m * tile_k * cutlass.BFloat16.width // 8
-            + scale_only * tile_n * cutlass.BFloat16.width // 8,
-            tile_n * tile_m * cutlass.Float16.width // 8)
+            + scale_only * tile_n * cutlass.BFloat16.width // 8)
 
     def make_tiled_mma(self) -> cute.TiledMma:
         """Two warpgroups along N, bf16 × bf16 → fp32, the A operand (converted B) from
