@@ -7,7 +7,10 @@ intrinsic reached on the host aborts the whole process); prints JSON on stdout:
 - ``layout``: the (n, k) coordinates of each consumer thread's converted-B fragment and
   the (n, m) coordinates of its accumulators, from the port's tiled MMA;
 - ``d_store``: for each consumer thread, in the order its epilogue's stmatrix copy takes
-  them, the index of each f16 accumulator value and the (n, m) it is stored to.
+  them, the index of each f16 accumulator value and the (n, m) it is stored to;
+- ``fp8_fragment``: for each consumer thread, the bytes of one ring stage (host memory,
+  the ring's swizzle) that the kernel's pairs-and-words read (``port.fp8_pairs``,
+  ``port.fp8_block``) hands to the conversion, in fragment order, and the stage.
 """
 
 from __future__ import annotations
@@ -72,6 +75,29 @@ def d_store_sources(out: cute.Tensor):
             out[(thread, j, 2)] = stored[j][1]
 
 
+@cute.jit
+def fp8_fragments(stage: cute.Tensor, out: cute.Tensor):
+    gemm = port.GroupedMixedGemm(scale_only=True)
+    tiled_mma = gemm.make_tiled_mma()
+    tile_n, _, tile_k = port.TILE
+    atom = cute.slice_(gemm._staged_layout(cutlass.Float8E5M2, tile_n, tile_k),
+                       (None, None, 0))
+    s_b = cute.make_tensor(cute.recast_ptr(stage.iterator, atom.inner,
+                                           dtype=cutlass.Float8E5M2), atom.outer)
+    for thread in range(cutlass.Int32(CONSUMER_THREADS)):
+        t_sb = tiled_mma.get_slice(thread).partition_A(s_b)
+        pairs = port.fp8_pairs(t_sb, atom.inner)
+        words = cute.make_rmem_tensor((cute.size(pairs) // 2,), cutlass.Uint32)
+        halves = pairs.load()
+        narrow = cute.make_rmem_tensor(t_sb.shape, cutlass.Float8E5M2)
+        for kb in cutlass.range_constexpr(cute.size(t_sb, mode=[2])):
+            narrow[(None, None, kb)].store(
+                port.fp8_block(halves, words, kb, narrow[(None, None, kb)].shape))
+        taken = cute.recast_tensor(narrow, cutlass.Uint8)
+        for i in cutlass.range_constexpr(cute.size(taken)):
+            out[(thread, i)] = taken[i]
+
+
 def main(check: str, *args: str) -> object:
     if check == "schedule":
         m, n = tuple(int(x) for x in args[0].split(",")), int(args[1])
@@ -85,6 +111,17 @@ def main(check: str, *args: str) -> object:
         out = np.full((CONSUMER_THREADS, tile_n * tile_m // CONSUMER_THREADS, 3), -1, np.int32)
         d_store_sources(from_dlpack(out))
         return out.tolist()
+    if check == "fp8_fragment":
+        # Every fp8 code, 32 times, in an order that is not the tile's.
+        # The swizzle acts on addresses, so the stage sits at a 1024-byte boundary.
+        codes = np.random.default_rng(0).permutation(np.arange(tile_n * tile_k) % 256)
+        memory = np.zeros(codes.size + port.SMEM_ALIGNMENT, np.uint8)
+        start = -memory.ctypes.data % port.SMEM_ALIGNMENT
+        stage = memory[start:start + codes.size]
+        stage[:] = codes
+        out = np.zeros((CONSUMER_THREADS, tile_n * tile_k // CONSUMER_THREADS), np.int32)
+        fp8_fragments(from_dlpack(stage, assumed_align=port.SMEM_ALIGNMENT), from_dlpack(out))
+        return {"stage": stage.tolist(), "taken": out.tolist()}
     b = np.full((CONSUMER_THREADS, tile_n * tile_k // CONSUMER_THREADS, 2), -1, np.int32)
     acc = np.full((CONSUMER_THREADS, tile_n * tile_m // CONSUMER_THREADS, 2), -1, np.int32)
     fragment_coordinates(from_dlpack(b), from_dlpack(acc))

@@ -92,6 +92,22 @@ def test_the_ring_is_as_deep_as_example_69s(scale_only, example_stages):
     assert stages == example_stages
 
 
+def test_the_conversion_is_handed_each_fp8_byte_of_its_fragment():
+    """The kernel's read of a ring stage (``port.fp8_pairs``, ``port.fp8_block``: 2-byte
+    loads, two per 32-bit word, read back as fp8), run on the CPU over a stage in host
+    memory holding every fp8 code 32 times, hands the conversion, in fragment order, the
+    byte at each fragment element's (n, k) under the ring's 64-byte swizzle (S<2,4,3>:
+    bits 7-8 of the byte offset into bits 4-5), for all 256 codes. The conversion after
+    it is the DSL's, as before; CuTe DSL cannot lower it for the CPU."""
+    got = host_check("fp8_fragment")
+    stage, taken = np.array(got["stage"]), np.array(got["taken"])
+    coords = np.array(host_check("layout")["b"])
+    offset = coords[..., 0] * port.TILE[2] + coords[..., 1]
+    assert (taken == stage[offset ^ ((offset & 0x180) >> 3)]).all()
+    assert (taken != stage[offset]).any()  # the swizzle matters: unswizzled reads differ
+    assert len(np.unique(taken)) == 256
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"k": 528}, "k=528 must be a multiple of 64"),
     ({"chunk": 96}, "chunk=96 must be a multiple of 64"),

@@ -33,7 +33,7 @@ def ex69() -> list[sass.Instruction]:
 
 def test_the_port_mainloop_as_compiled():
     facts = sass.facts(port())
-    assert facts["mainloop_instructions"] == 220
+    assert facts["mainloop_instructions"] == 164
     assert facts["hgmma_forms"] == ["HGMMA.64x16x16.F32.BF16"]
     # 4 per K tile in the loop; 8 in the kernel (the loop and its peeled first K tile).
     assert facts["hgmma_per_k_tile"] == 4 and facts["hgmma_in_kernel"] == 8
@@ -79,6 +79,21 @@ def test_both_convert_alike_per_k_tile():
         "scale_multiplies_per_k_tile",
     ):
         assert port_facts[key] == ex69_facts[key] > 0, key
+
+
+def test_the_port_converts_each_fp8_pair_as_it_was_loaded():
+    """Each fp8 conversion in the port's mainloop reads the register a 2-byte shared load
+    wrote, nothing between (the DSL's load of the fp8 vector took every pair apart and
+    put it together again, byte by byte: 56 PRMT per K tile); the example repacks with 9."""
+    loop = sass.mainloop(port())
+    conversions = [n for n, i in enumerate(loop) if i.opcode == "F2FP.F16.E5M2.UNPACK_B"]
+    for n in conversions:
+        source = int(loop[n].operands.split(",")[1].strip()[1:].split(".")[0])
+        writer = max(m for m in range(n) if source in _written(loop[m]))
+        assert loop[writer].opcode == "LDS.U16", (loop[n], loop[writer])
+    assert len(conversions) == 16
+    assert not any(i.opcode == "PRMT" for i in loop)
+    assert sum(i.opcode == "PRMT" for i in sass.mainloop(ex69())) == 9
 
 
 def test_the_mainloop_is_the_innermost_loop_holding_hgmma():

@@ -29,9 +29,9 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 
 Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
 row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
-on hardware, so not measured): fp8 bytes are repacked (PRMT) and their shared-memory
-addresses recomputed per K tile more than the example's; C is read from global memory
-rather than staged by TMA.
+on hardware, so not measured): the fp8 loads' shared-memory addresses take more
+arithmetic per K tile than the example's; C is read from global memory rather than
+staged by TMA.
 """
 
 import math
@@ -115,6 +115,28 @@ def locate_tile(tile, offsets, groups, n_tiles):
             group = g
     local = tile - offsets[group]
     return group, local % n_tiles, local // n_tiles
+
+
+def fp8_pairs(fragment: cute.Tensor, swizzle) -> cute.Tensor:
+    """A thread's fp8 B fragment in shared memory (``swizzle`` the ring's) as 16-bit
+    pairs of K-adjacent values, one ``LDS.U16`` each. ``cute.recast_tensor`` would drop
+    the swizzle, so the pointer is recast with it."""
+    return cute.make_tensor(cute.recast_ptr(fragment.iterator, swizzle, dtype=cutlass.Uint16),
+                            cute.recast_layout(16, 8, fragment.layout))
+
+
+@cute.jit
+def fp8_block(halves, words: cute.Tensor, kb, block_shape):
+    """k-block ``kb`` of the fp8 fragment, in fragment order, from its loaded pairs
+    (``halves``): two pairs per 32-bit word of ``words``, read back as fp8. The DSL's load
+    of the fp8 vector itself assembles its bytes one by one (3 ``PRMT`` per pair)."""
+    per_block = cute.size(block_shape) // 4
+    for j in cutlass.range_constexpr(per_block):
+        w = kb * per_block + j
+        words[w] = cutlass.Uint32(halves[2 * w]) | (cutlass.Uint32(halves[2 * w + 1]) << 16)
+    narrow = cute.recast_tensor(words, cutlass.Float8E5M2)
+    return cute.make_tensor(narrow.iterator + kb * per_block * 4,
+                            cute.make_layout(block_shape)).load()
 
 
 
@@ -305,18 +327,22 @@ class GroupedMixedGemm:
                 ring.producer_tail(state)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-            self._consume(ring, s_b, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt, row_offsets,
-                          tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles,
-                          k_tiles, total_tiles, tidx - 128, warpgroup_idx - 1)
+            self._consume(ring, s_b, b_smem_layout.inner, s_a, s_s, s_d, s_d_tile, m_c, m_d,
+                          tma_d, m_dt, row_offsets, tile_offsets, alpha, beta, tiled_mma, cta,
+                          ctas, groups, n_tiles, k_tiles, total_tiles, tidx - 128,
+                          warpgroup_idx - 1)
 
     @cute.jit
-    def _consume(self, ring, s_b, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt, row_offsets,
-                 tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles, k_tiles,
-                 total_tiles, thread, warpgroup_idx):
+    def _consume(self, ring, s_b, b_swizzle, s_a, s_s, s_d, s_d_tile, m_c, m_d, tma_d, m_dt,
+                 row_offsets, tile_offsets, alpha, beta, tiled_mma, cta, ctas, groups, n_tiles,
+                 k_tiles, total_tiles, thread, warpgroup_idx):
         """The two consumer warpgroups: convert and scale B in registers, wgmma, epilogue."""
         tile_n, tile_m, tile_k = self.tile
         thr_mma = tiled_mma.get_slice(thread)
         t_sb = thr_mma.partition_A(s_b)  # (MMA, MMA_N, MMA_K, STAGE) fp8, this thread's
+        t_sb_pairs = fp8_pairs(t_sb, b_swizzle)
+        words = cute.make_rmem_tensor((cute.size(t_sb_pairs[(None, None, None, 0)]) // 2,),
+                                      cutlass.Uint32)
         t_sa = thr_mma.partition_B(s_a)
         t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_b)[(None, None, None, 0)])
         t_rb = tiled_mma.make_fragment_B(t_sa)
@@ -343,13 +369,13 @@ class GroupedMixedGemm:
         while tile < total_tiles:
             group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
             acc.fill(0.0)
-            self._mma_k_tile(ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales,
-                             acc, tiled_mma)
+            self._mma_k_tile(ring, state, ready, t_sb_pairs, words, t_ra, t_rb, s_s, b_coords,
+                             scales, acc, tiled_mma)
             state.advance()
             ready = ring.consumer_try_wait(state)
             for _ in cutlass.range(k_tiles - 1):
-                self._mma_k_tile(ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales,
-                                 acc, tiled_mma)
+                self._mma_k_tile(ring, state, ready, t_sb_pairs, words, t_ra, t_rb, s_s,
+                                 b_coords, scales, acc, tiled_mma)
                 state.advance()
                 ready = ring.consumer_try_wait(state)
                 # The previous K tile's wgmma retired at this one's last wait_group.
@@ -366,21 +392,22 @@ class GroupedMixedGemm:
             cute.arch.cp_async_bulk_wait_group(0)  # this warpgroup's last D tile written
 
     @cute.jit
-    def _mma_k_tile(self, ring, state, ready, t_sb, t_ra, t_rb, s_s, b_coords, scales, acc,
-                    tiled_mma):
+    def _mma_k_tile(self, ring, state, ready, t_sb_pairs, words, t_ra, t_rb, s_s, b_coords,
+                    scales, acc, tiled_mma):
         """One K tile as example 69's mainloop issues it: per k-block of 16, wait until
         the wgmma that last read that block's registers (the previous K tile's) has
         retired, convert (and scale) the block into them, fence, issue its wgmma and
         commit it, leaving up to k_blocks - 1 wgmma in flight."""
         k_blocks = cute.size(t_ra, mode=[2])
         ring.consumer_wait(state, ready)
-        narrow = t_sb[(None, None, None, state.index)].load()
+        halves = t_sb_pairs[(None, None, None, state.index)].load()
         if cutlass.const_expr(self.scale_only):
             for i in cutlass.range_constexpr(cute.size(scales)):
                 scales[i] = s_s[(b_coords[i][0], 0, state.index)]
         for kb in cutlass.range_constexpr(k_blocks):
             warpgroup.wait_group(k_blocks - 1)
-            block = narrow[(None, None, kb)].to(cutlass.BFloat16)
+            block = fp8_block(halves, words, kb, t_ra[(None, None, kb)].shape).to(
+                cutlass.BFloat16)
             if cutlass.const_expr(self.scale_only):
                 block = block * scales[(None, None, kb)].load()
             t_ra[(None, None, kb)].store(block)
