@@ -92,9 +92,6 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
 def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--cores", "all", "--nolock",
             "--rerun-incomplete", "--keep-going", "--configfile", overlay,
-            # The window writes host.json, env.json and the noise floor afresh before any
-            # step: by mtime they would re-run every carried record; carry decides currency.
-            "--rerun-triggers", "code", "input", "params", "software-env",
             "--config", f"target={target}", "--", *targets]
 
 
