@@ -214,9 +214,9 @@ CARRIED = "skipped: records carried from an earlier window"
 def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any], list[str]]:
     """Put the earlier windows' records in place for a continuing window (``archives``),
     those of another commit only where still current at this tree (``carry``; the rest
-    removed, Snakemake redoes them), each dated just before now (an archive's dates are
-    older than the tree's, and Snakemake would redo a record older than its sources); the
-    time from which this window's own logs count, the earlier window's record, and the
+    removed, Snakemake redoes them), each file and folder dated just before now (an
+    archive's dates are older than the tree's, and Snakemake would redo a record older
+    than its sources); the time from which this window's own logs count, the earlier window's record, and the
     records not carried."""
     if not archives:
         raise CasebookError("--continue", None, "name the earlier windows' archives")
@@ -229,9 +229,10 @@ def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any], li
     for path in dropped:
         path.unlink()
     carried = time.time() - 2
+    # Folders too: Snakemake dates a directory() output (a tile choice's samples) by the
+    # folder's own time, which the archive left hours old.
     for path in Path(paths.target_dir(target)).rglob("*"):
-        if path.is_file():
-            os.utime(path, (carried, carried))
+        os.utime(path, (carried, carried), follow_symlinks=False)
     return carried + 1, earlier, [str(p) for p in dropped if p.suffix == ".json"]
 
 
