@@ -216,8 +216,8 @@ def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any], li
     those of another commit only where still current at this tree (``carry``; the rest
     removed, Snakemake redoes them), each file and folder dated just before now (an
     archive's dates are older than the tree's, and Snakemake would redo a record older
-    than its sources); the time from which this window's own logs count, the earlier window's record, and the
-    records not carried."""
+    than its sources); the time from which this window's own logs count, the earlier
+    window's record, and the records not carried."""
     if not archives:
         raise CasebookError("--continue", None, "name the earlier windows' archives")
     archive.import_archive(*archives, on_host=True)
