@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 
@@ -69,6 +70,36 @@ def test_cold_rotates_input_sets_past_the_last_level_cache():
     picks = [state.before_sample(i)[1] for i in range(len(state.sets) + 1)]
     assert picks[:3] == [0, 1, 2] and picks[-1] == 0
     assert "≥ 2×" in state.description
+
+
+def test_a_cold_rotation_draws_a_few_sets_and_copies_them_into_memory_of_their_own(
+        monkeypatch):
+    """Past cache.FRESH_DRAWS a rotation set is a copy of an earlier draw: the same values
+    in new memory (the cache is cold whatever the values), drawn again for the oracle from
+    its source's generator state; a guard's probe set is always a fresh draw."""
+    monkeypatch.setattr(cache, "plan", functools.partial(cache.plan, llc_bytes=lambda: 1 << 20))
+    draws = []
+
+    def counted(rng):
+        draws.append(None)
+        return {"x": rng.standard_normal(1024)}
+
+    subject = engine._subject(engine.Workload(honest(), counted), "cold", 3, CPU)
+    sets = subject.state.sets
+    assert len(sets) == 2 * (1 << 20) // 8192 > cache.FRESH_DRAWS
+    assert len(draws) == 1 + cache.FRESH_DRAWS  # one more sizes a set
+    assert f"({cache.FRESH_DRAWS} drawn, {len(sets) - cache.FRESH_DRAWS} copies" in (
+        subject.state.description)
+    fresh = [s[0] for s in sets[:cache.FRESH_DRAWS]]
+    assert not any(np.array_equal(fresh[0], f) for f in fresh[1:])
+    for i in (cache.FRESH_DRAWS, len(sets) - 1):
+        copy, source = sets[i][0], fresh[i % cache.FRESH_DRAWS]
+        assert np.array_equal(copy, source) and not np.shares_memory(copy, source)
+        assert np.array_equal(subject.inputs_of(sets[i])["x"], copy)
+    before = len(draws)
+    probe = subject.prepare_set(-1)[0]
+    assert len(draws) == before + 1
+    assert not any(np.array_equal(probe, f) for f in fresh)
 
 
 def test_last_level_cache_is_read_from_sysfs(tmp_path):
@@ -259,7 +290,10 @@ def test_a_clock_with_windows_of_several_samples_takes_them_round_by_round():
         assert [r["round"] for r in m.rows] == [r["sample"] for r in m.rows] == list(range(16))
         sets = [r["input_set"] for r in m.rows]
         assert len(set(sets)) == 16  # cold: every sample its own input set
-        assert len({r["seconds"] for r in m.rows}) == 16  # ...and its own work
+        # ...and its own work: the first FRESH_DRAWS drawn, the rest copies doing theirs
+        work = {r["input_set"]: r["seconds"] for r in m.rows}
+        assert len(set(work.values())) == cache.FRESH_DRAWS
+        assert all(work[i] == work[i % cache.FRESH_DRAWS] for i in work)
         assert m.guards["early_return"]["passed"]
 
 
