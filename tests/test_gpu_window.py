@@ -721,3 +721,20 @@ def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatc
     (folder / "time/v/p.json").write_text(json.dumps(
         {**timed, "tile_table": {**used, "tuned": {**tiles, "stages": 2}}}))
     assert dropped() == ["time/v/p.json"]  # another pick
+
+
+def test_the_tpu_plans_measure_cases_03_and_01_after_case_02():
+    """Cases 03 and 01 take what case 02's steps leave (theirs come after, each taking the
+    rest), and the dry run lists each of their comparisons."""
+    for plan in ("configs/tpu-window.yaml", "configs/tpu-window-short.yaml"):
+        steps = gpu_window.load(paths.SOURCE_ROOT / plan)["steps"]
+        assert [s.get("case") for s in steps] == [
+            None, "splash_attention", "splash_attention", "grouped_gemm_fp8_bf16", "moe_nvfp4"]
+        done = subprocess.run([sys.executable, "-m", "casebook.hosts.gpu_window", "--plan", plan,
+                               "--target", "tpu-v5e", "--dry-run"], cwd=paths.SOURCE_ROOT,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        for step in steps[3:]:
+            assert step["what"] in done.stdout
+            for point in step["points"]:
+                assert paths.compare_record("tpu-v5e", step["case"], point) in done.stdout

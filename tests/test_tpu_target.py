@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import types
+from pathlib import Path
 
 import jax
 import pytest
@@ -229,3 +231,132 @@ def test_a_tpu_hosts_figures_name_its_chip_not_a_missing_gpu():
     no_chip = {**host, "tpus": []}
     lines = conditions.hardware_software(types.SimpleNamespace(host=no_chip, env=env, spec=spec))
     assert any(line.startswith("GPU: none") for line in lines)
+
+
+# -- cases 01 and 03 on the TPU: their XLA baselines run there, their GPU kernels do not --
+
+GROUPED_POINT = {"m": [16, 40, 0, 128, 64], "n": 512, "k": 1024, "chunk": 128,
+                 "mode": "scale_only", "alpha": 0.5, "beta": 0.5, "dtype": "e5m2_bf16"}
+MOE_POINT = {"experts": 2, "m": 128, "hidden": 256, "inter": 256, "dtype": "nvfp4"}
+
+
+@pytest.fixture
+def tpu_target(monkeypatch):
+    """A job whose target is a TPU (off_device.off_the_chip's mark); the chip never opened."""
+    monkeypatch.setenv(contract.TARGET_PLATFORM, "tpu")
+    monkeypatch.setattr(jax, "devices", lambda *args: pytest.fail("the chip was opened"))
+
+
+@pytest.mark.parametrize("kind, name, why", [
+    ("kernel", "cute_dsl", "CuTe DSL port is an sm_90a kernel"),
+    ("kernel", "cutlass_ex69", "compiled by nvcc for sm_90a"),
+    ("baseline", "cutlass_ex69", "compiled by nvcc for sm_90a"),
+])
+def test_case_03s_gpu_kernels_are_not_runnable_on_a_tpu_and_say_why(tpu_target, kind, name,
+                                                                      why):
+    from kernels import grouped_gemm_fp8_bf16 as grouped
+
+    call = (lambda: grouped.kernel(name, GROUPED_POINT, "time", build_dir="b")) \
+        if kind == "kernel" else (lambda: grouped.baseline(name, GROUPED_POINT, "b"))
+    with pytest.raises(contract.NotRunnable, match=rf"^not runnable on a TPU: .*{why}"):
+        call()
+
+
+def test_case_03s_port_is_recorded_not_built_on_a_tpu_host_without_cute_dsl(tpu_target,
+                                                                             monkeypatch):
+    from kernels import grouped_gemm_fp8_bf16 as grouped
+    from kernels.grouped_gemm_fp8_bf16 import compile_port
+
+    monkeypatch.setattr(compile_port, "dsl_installed", lambda: False)
+    built = grouped.build("cute_dsl", GROUPED_POINT, build_dir="b")
+    assert built["artifacts"] == [] and "not installed on a TPU host" in built["not_built"]
+    monkeypatch.delenv(contract.TARGET_PLATFORM)  # elsewhere the missing export still fails
+    with pytest.raises(RuntimeError, match="CuTe DSL is not installed here"):
+        grouped.build("cute_dsl", GROUPED_POINT, build_dir=str(Path(tempfile.mkdtemp())))
+
+
+@pytest.mark.parametrize("name", ["xla_ragged_dot_bf16", "xla_dense_per_group_bf16"])
+def test_case_03s_xla_baselines_agree_with_the_oracle_and_a_wrong_one_fails(name):
+    """Run here on jax's CPU (as on the chip): within the case's bound, an empty group
+    included; one element off by 1% of its value, or group order swapped, fails."""
+    import numpy as np
+
+    from kernels import grouped_gemm_fp8_bf16 as grouped
+    from kernels.grouped_gemm_fp8_bf16 import baselines, problems
+
+    problem = problems.from_params(GROUPED_POINT)
+    tolerance = config.load_case(SHIPPED, "grouped_gemm_fp8_bf16")["tolerances"]["e5m2_bf16"]
+    inputs = grouped.make_inputs(GROUPED_POINT, np.random.default_rng(7))
+    runnable = baselines.XLA[name](problem)
+    got = np.asarray(runnable.fetch(runnable.call(*runnable.prepare(dict(inputs)))))
+    want = grouped.oracle(GROUPED_POINT, inputs)
+    assert grouped.compare(GROUPED_POINT, inputs, "out", got, want, tolerance)["passed"]
+    off = got.copy()
+    off[3, 5] = np.float16(float(off[3, 5]) * 1.01 + 0.01)
+    assert not grouped.compare(GROUPED_POINT, inputs, "out", off, want, tolerance)["passed"]
+    swapped = np.concatenate([got[16:], got[:16]])
+    assert not grouped.compare(GROUPED_POINT, inputs, "out", swapped, want, tolerance)["passed"]
+
+
+@pytest.mark.parametrize("name", ["xla_ragged_dot_bf16", "xla_dense_per_group_bf16"])
+def test_case_03s_xla_baselines_run_on_a_tpu(on_a_tpu, monkeypatch, name):
+    from kernels import grouped_gemm_fp8_bf16 as grouped
+
+    monkeypatch.setattr(grouped_device, "sm90_device", lambda: pytest.fail("a GPU was asked"))
+    assert grouped.baseline(name, GROUPED_POINT).execution["mode"].startswith("XLA ")
+
+
+def test_case_01s_port_and_reference_are_not_runnable_on_a_tpu_its_baselines_are(
+        tpu_target, monkeypatch):
+    from kernels import moe_nvfp4
+
+    for variant in ("moe_fused", "gemm1_sm100a_n128k256s3", "reference_flashinfer"):
+        with pytest.raises(contract.NotRunnable, match=r"^not runnable on a TPU: \S"):
+            moe_nvfp4.kernel(variant, MOE_POINT, "check")
+    monkeypatch.setattr(jax, "devices", lambda *args: [TPU])  # a baseline's job holds the chip
+    for name in ("dense_bf16", "ragged_dot"):
+        assert moe_nvfp4.baseline(name, MOE_POINT).execution["device"] == "tpu"
+
+
+def test_cases_01_and_03_points_on_the_tpu_and_only_there():
+    """Case 03's small example configurations are points of tpu-v5e (verify, time, both XLA
+    baselines, compare), lowered only on the CPU; case 01 measures its case points there."""
+    grouped = config.load_case(SHIPPED, "grouped_gemm_fp8_bf16")
+    on_tpu = [p["name"] for p in paths.for_target(grouped, "tpu-v5e")["points"]]
+    assert on_tpu == ["ex69_defaults", "epilogue_multichunk", "convert_beta", "test_random",
+                      "test_epilogue", "test_small", "test_small_large_group"]
+    records = paths.case_records(grouped, "tpu-v5e")
+    for baseline in ("xla_ragged_dot_bf16", "xla_dense_per_group_bf16", "cutlass_ex69"):
+        assert paths.baseline_record("tpu-v5e", "grouped_gemm_fp8_bf16", baseline,
+                                     "test_small_large_group") in records
+    assert paths.time_record("tpu-v5e", "grouped_gemm_fp8_bf16", "cute_dsl",
+                             "test_random") in records
+    assert not [r for r in paths.case_records(grouped, "cpu") if "/test_" in r]
+    assert "test_fixed" not in on_tpu  # K 8192: the host's float64 check is too slow
+    moe = config.load_case(SHIPPED, "moe_nvfp4")
+    assert [p["name"] for p in paths.for_target(moe, "tpu-v5e")["points"]] == [
+        "e2_m128_h256_i256", "e3_m128_h512_i256"]
+
+
+def test_the_tpu_dag_holds_cases_01_and_03s_new_jobs():
+    """`snakemake -n` for tpu-v5e: the comparisons the window's new steps ask for, with
+    the new baseline's job and the port's, resolve to jobs."""
+    import subprocess
+    import sys
+
+    wanted = [paths.compare_record("tpu-v5e", "grouped_gemm_fp8_bf16", "test_small_large_group"),
+              paths.compare_record("tpu-v5e", "moe_nvfp4", "e3_m128_h512_i256")]
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--nolock", "--cores", "1",
+                           "--config", "target=tpu-v5e", "--", *wanted],
+                          cwd=paths.SOURCE_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for job in (*wanted,
+                paths.baseline_record("tpu-v5e", "grouped_gemm_fp8_bf16",
+                                      "xla_dense_per_group_bf16", "test_small_large_group"),
+                paths.verify_record("tpu-v5e", "grouped_gemm_fp8_bf16", "cute_dsl",
+                                    "test_small_large_group"),
+                paths.baseline_record("tpu-v5e", "moe_nvfp4", "dense_bf16",
+                                      "e3_m128_h512_i256"),
+                paths.verify_record("tpu-v5e", "moe_nvfp4", "reference_flashinfer",
+                                    "e3_m128_h512_i256")):
+        assert job in done.stdout, job

@@ -3,12 +3,14 @@
 Variants: ``model``, the kernel's arithmetic in numpy (runs on any host); ``cute_dsl``, the
 CuTe DSL port (``port``), compiled for sm_90a on any host; ``cutlass_ex69``, the example's
 own kernels through our harness, compiled by nvcc on any host. The two GPU variants run
-only on an sm_90 GPU (``device``). Baselines: XLA's bf16 ragged_dot on pre-converted B
-(without the work) and the C++ reference (the best alternative), both GPU-only.
+only on an sm_90 GPU (``device``). Baselines: XLA's bf16 ragged_dot and a dense matmul per
+group on pre-converted B (without the work: on a GPU or a TPU) and the C++ reference (the
+best alternative, GPU-only).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,14 @@ from kernels.grouped_gemm_fp8_bf16 import (
 
 CASE = "grouped_gemm_fp8_bf16"
 VARIANTS = ("model", "cute_dsl", "cutlass_ex69")
-BASELINES = ("xla_ragged_dot_bf16", "cutlass_ex69")
+BASELINES = (*baselines.XLA, "cutlass_ex69")
 NO_GPU = "kernel verification needs an sm_90 GPU; this host has none"
+# Why each GPU-only variant or baseline cannot run where the target is a TPU.
+NOT_ON_A_TPU = {
+    "cute_dsl": "the CuTe DSL port is an sm_90a kernel (TMA, wgmma fed from registers) and "
+                "needs an sm_90 GPU",
+    "cutlass_ex69": "CUTLASS example 69 is compiled by nvcc for sm_90a and needs an sm_90 GPU",
+}
 
 
 def make_inputs(params: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -104,10 +112,13 @@ def kernel(variant: str, params: dict[str, Any], purpose: str,
 def _on_gpu(name: str, grouped: problems.GroupedProblem, purpose: str,
             build_dir: Path | None) -> Runnable:
     """A GPU variant or baseline; NotRunnable where no sm_90 GPU is found. Example 69 is
-    checked through its harness on files and timed through its library. XLA's ragged dot
-    also runs on a TPU."""
-    if name == "xla_ragged_dot_bf16" and device.on_tpu():
-        return baselines.ragged_dot_bf16(grouped)
+    checked through its harness on files and timed through its library. The XLA baselines
+    also run on a TPU; where the job's target is one, the GPU kernels refuse, saying why,
+    before anything opens the chip."""
+    if name in NOT_ON_A_TPU and os.environ.get(contract.TARGET_PLATFORM) == "tpu":
+        raise NotRunnable(f"not runnable on a TPU: {NOT_ON_A_TPU[name]}")
+    if name in baselines.XLA and device.on_tpu():
+        return baselines.XLA[name](grouped)
     found = device.sm90_device()
     if found is None:
         raise NotRunnable(NO_GPU)
@@ -117,7 +128,7 @@ def _on_gpu(name: str, grouped: problems.GroupedProblem, purpose: str,
         make = device.reference_runnable if purpose == "check" else \
             device.reference_library_runnable
         return make(grouped, _kept_in(build_dir))
-    return baselines.ragged_dot_bf16(grouped)
+    return baselines.XLA[name](grouped)
 
 
 def _kept_in(build_dir: Path | str | None) -> str:

@@ -10,9 +10,11 @@ binary by the same rules for both, so the two kernels compare fact by fact.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+from kernels import contract
 from kernels.grouped_gemm_fp8_bf16 import compile_port, sass, schedule, upstream
 from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem
 
@@ -35,6 +37,9 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
                                "seconds": 0.0, "facts": {"tiles": tiles}}]}
     if variant == "cute_dsl":
         schedule.check(problem)
+        if os.environ.get(contract.TARGET_PLATFORM) == "tpu" and not compile_port.dsl_installed():
+            return {"artifacts": [], "not_built": "CuTe DSL is not installed on a TPU host: the "
+                    "port is compiled for sm_90a on a CPU or GPU host (their build records)"}
         facts = compile_port.build(problem.mode, build_dir)
         return {"artifacts": [_artifact(
             "CuTe DSL kernel compiled ahead of time (fake tensors, --keep-cubin) and exported "

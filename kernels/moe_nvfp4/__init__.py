@@ -9,6 +9,7 @@ and scales, checked tie-aware), h (GEMM1), out (GEMM2), out_dense (the bf16 base
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -199,13 +200,16 @@ def _fetch(raw: dict[str, Any]) -> dict[str, np.ndarray]:
 def kernel(variant: str, params: dict[str, Any], purpose: str,
            build_dir: Path | None = None) -> Runnable:
     """The variant on a GPU of its architecture, or (sm_90a only) in the Mosaic GPU
-    interpreter on a host without a GPU (``check``: with race detection). The compiled
-    reference runs nowhere here."""
+    interpreter on a host without a GPU (``check``: with race detection); where the target
+    is a TPU, not runnable (``mgpu_interpret.placement`` says why). The compiled reference
+    runs nowhere here."""
     if variant == upstream.VARIANT:
+        on_a_tpu = os.environ.get(contract.TARGET_PLATFORM) == "tpu"
         raise contract.NotRunnable(
-            f"FlashInfer's kernel (the reference): compiled for {upstream.ARCH} "
-            "here, its launch recorded, never run (it needs a Blackwell GPU, and torch "
-            "for its host wrapper)")
+            ("not runnable on a TPU: " if on_a_tpu else "")
+            + f"FlashInfer's kernel (the reference): compiled for {upstream.ARCH} "
+            "on a CPU host, its launch recorded, never run (it needs a Blackwell GPU, and "
+            "torch for its host wrapper)")
     e, m, k, n = inputs.sizes(params)
     chosen = _configured(variant, params)
     interpret, execution = mgpu_interpret.placement(purpose, chosen.arch)
