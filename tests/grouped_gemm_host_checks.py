@@ -10,7 +10,8 @@ intrinsic reached on the host aborts the whole process); prints JSON on stdout:
   them, the index of each f16 accumulator value and the (n, m) it is stored to;
 - ``fp8_fragment``: for each consumer thread, the bytes of one ring stage (host memory,
   the ring's swizzle) that the kernel's pairs-and-words read (``port.fp8_pairs``,
-  ``port.fp8_block``) hands to the conversion, in fragment order, and the stage.
+  ``port.load_fp8_pairs``, ``port.fp8_block``) hands to the conversion, in fragment
+  order, and the stage.
 """
 
 from __future__ import annotations
@@ -80,16 +81,17 @@ def fp8_fragments(stage: cute.Tensor, out: cute.Tensor):
     gemm = port.GroupedMixedGemm(scale_only=True)
     tiled_mma = gemm.make_tiled_mma()
     tile_n, _, tile_k = port.TILE
-    atom = cute.slice_(gemm._staged_layout(cutlass.Float8E5M2, tile_n, tile_k),
-                       (None, None, 0))
-    s_b = cute.make_tensor(cute.recast_ptr(stage.iterator, atom.inner,
-                                           dtype=cutlass.Float8E5M2), atom.outer)
+    # The ring's layout, all its stages; only stage 0 is in memory and read.
+    ring = gemm._staged_layout(cutlass.Float8E5M2, tile_n, tile_k)
+    s_b = cute.make_tensor(cute.recast_ptr(stage.iterator, ring.inner,
+                                           dtype=cutlass.Float8E5M2), ring.outer)
     for thread in range(cutlass.Int32(CONSUMER_THREADS)):
         t_sb = tiled_mma.get_slice(thread).partition_A(s_b)
-        pairs = port.fp8_pairs(t_sb, atom.inner)
-        words = cute.make_rmem_tensor((cute.size(pairs) // 2,), cutlass.Uint32)
-        halves = pairs.load()
-        narrow = cute.make_rmem_tensor(t_sb.shape, cutlass.Float8E5M2)
+        blocks = port.fp8_pairs(t_sb, ring.inner)
+        halves = port.fp8_halves(blocks)
+        port.load_fp8_pairs(blocks, halves, 0)
+        words = cute.make_rmem_tensor((cute.size(halves) // 2,), cutlass.Uint32)
+        narrow = cute.make_rmem_tensor(t_sb[(None, None, None, 0)].shape, cutlass.Float8E5M2)
         for kb in cutlass.range_constexpr(cute.size(t_sb, mode=[2])):
             narrow[(None, None, kb)].store(
                 port.fp8_block(halves, words, kb, narrow[(None, None, kb)].shape))

@@ -23,15 +23,15 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
   (TMA loads of a tile that crosses into the next group read rows that the epilogue
   never stores); B is (N, K, groups); scales (N, ceil(K/c), groups), N contiguous.
 - Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination (C read
-  from global memory), rounded to f16, staged in shared memory by stmatrix and stored by
-  TMA, as the example; a group's last M tile, when partial, by predicated stores from
-  registers (a TMA store of the stacked D would write the next group's rows).
+  from global memory, only where beta is not 0), rounded to f16, staged in shared memory
+  by stmatrix and stored by TMA, as the example; a group's last M tile, when partial, by
+  predicated stores from registers (a TMA store of the stacked D would write the next
+  group's rows).
 
 Constraints checked by ``schedule.check``: K a multiple of 64, c a multiple of 64 (one scale per
-row of a K tile), N a multiple of 16. Known performance gaps against the example (untested
-on hardware, so not measured): the fp8 loads' shared-memory addresses take more
-arithmetic per K tile than the example's; C is read from global memory rather than
-staged by TMA.
+row of a K tile), N a multiple of 16. Known performance gap against the example (untested
+on hardware, so not measured): where beta is not 0, C is read from global memory in the
+epilogue rather than staged by TMA ahead of it (where beta is 0 neither reads it).
 """
 
 import math
@@ -117,12 +117,54 @@ def locate_tile(tile, offsets, groups, n_tiles):
     return group, local % n_tiles, local // n_tiles
 
 
-def fp8_pairs(fragment: cute.Tensor, swizzle) -> cute.Tensor:
-    """A thread's fp8 B fragment in shared memory (``swizzle`` the ring's) as 16-bit
-    pairs of K-adjacent values, one ``LDS.U16`` each. ``cute.recast_tensor`` would drop
-    the swizzle, so the pointer is recast with it."""
-    return cute.make_tensor(cute.recast_ptr(fragment.iterator, swizzle, dtype=cutlass.Uint16),
-                            cute.recast_layout(16, 8, fragment.layout))
+def swizzle_masks(swizzle) -> tuple[int, int]:
+    """The address bits a swizzle ``S<B, M, S>`` writes (M .. M + B - 1) and those it
+    reads (S higher): it XORs the second into the first."""
+    written = ((1 << swizzle.num_bits) - 1) << swizzle.num_base
+    return written, written << swizzle.num_shift
+
+
+def fp8_pairs(fragment: cute.Tensor, swizzle) -> list[cute.Tensor]:
+    """A thread's fp8 B fragment in shared memory (``swizzle`` the ring's, (MMA, MMA_N,
+    MMA_K, STAGE)) as 16-bit pairs of K-adjacent values, one ``LDS.U16`` each: per
+    k-block, a (pair, MMA_N, STAGE) tensor at the block's first pair, swizzled once.
+
+    The rest of a k-block's pairs (k + 8: 8 bytes, n + 8: 512 bytes) and the stages (8,192
+    bytes) lie at offsets that leave the swizzle's bits alone (checked here), and the
+    thread's first pair of a block at an address whose bits under them are clear (a pair
+    starts at k = 2 · (lane % 4), so no carry reaches them): so each pair's address is the
+    block's swizzled address plus a constant, and per K tile the loads cost one add per
+    k-block (the stage) where a swizzle applied to each pair's address cost one per pair,
+    as example 69's loads do from one base and immediates. ``cute.recast_tensor`` would
+    drop the swizzle; the DSL's swizzled pointer applies it to each element's address."""
+    pairs = cute.make_tensor(cute.recast_ptr(fragment.iterator, swizzle, dtype=cutlass.Uint16),
+                             cute.recast_layout(16, 8, fragment.layout))
+    written, read = swizzle_masks(swizzle)
+    width = cutlass.Uint16.width // 8
+    blocks = []
+    for kb in range(cute.size(pairs, mode=[2])):
+        block = pairs[(None, None, kb, None)]
+        for stride in cute.flatten_to_tuple(block.layout.stride):
+            if (stride * width) & (written | read):
+                raise ValueError(f"a stride of {stride * width} bytes moves bits of the "
+                                 f"swizzle {swizzle}: not a constant offset")
+        raw = block.iterator.toint()
+        moved = (raw ^ ((raw >> swizzle.num_shift) & written)) - raw  # the swizzle's shift
+        plain = cute.recast_ptr(block.iterator, dtype=cutlass.Uint16) + moved // width
+        blocks.append(cute.make_tensor(plain, block.layout))
+    return blocks
+
+
+def fp8_halves(blocks: list[cute.Tensor]) -> cute.Tensor:
+    """Registers for one stage of ``fp8_pairs``: (pair, MMA_N, MMA_K), fragment order."""
+    return cute.make_rmem_tensor((*blocks[0].shape[:2], len(blocks)), cutlass.Uint16)
+
+
+@cute.jit
+def load_fp8_pairs(blocks: list[cute.Tensor], halves: cute.Tensor, stage):
+    """Stage ``stage`` of ``fp8_pairs`` into ``halves`` (``fp8_halves``)."""
+    for kb in cutlass.range_constexpr(len(blocks)):
+        halves[(None, None, kb)].store(blocks[kb][(None, None, stage)].load())
 
 
 @cute.jit
@@ -341,8 +383,8 @@ class GroupedMixedGemm:
         thr_mma = tiled_mma.get_slice(thread)
         t_sb = thr_mma.partition_A(s_b)  # (MMA, MMA_N, MMA_K, STAGE) fp8, this thread's
         t_sb_pairs = fp8_pairs(t_sb, b_swizzle)
-        words = cute.make_rmem_tensor((cute.size(t_sb_pairs[(None, None, None, 0)]) // 2,),
-                                      cutlass.Uint32)
+        halves = fp8_halves(t_sb_pairs)
+        words = cute.make_rmem_tensor((cute.size(halves) // 2,), cutlass.Uint32)
         t_sa = thr_mma.partition_B(s_a)
         t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_b)[(None, None, None, 0)])
         t_rb = tiled_mma.make_fragment_B(t_sa)
@@ -369,12 +411,12 @@ class GroupedMixedGemm:
         while tile < total_tiles:
             group, n_tile, m_tile = locate_tile(tile, tile_offsets, groups, n_tiles)
             acc.fill(0.0)
-            self._mma_k_tile(ring, state, ready, t_sb_pairs, words, t_ra, t_rb, s_s, b_coords,
-                             scales, acc, tiled_mma)
+            self._mma_k_tile(ring, state, ready, t_sb_pairs, halves, words, t_ra, t_rb, s_s,
+                             b_coords, scales, acc, tiled_mma)
             state.advance()
             ready = ring.consumer_try_wait(state)
             for _ in cutlass.range(k_tiles - 1):
-                self._mma_k_tile(ring, state, ready, t_sb_pairs, words, t_ra, t_rb, s_s,
+                self._mma_k_tile(ring, state, ready, t_sb_pairs, halves, words, t_ra, t_rb, s_s,
                                  b_coords, scales, acc, tiled_mma)
                 state.advance()
                 ready = ring.consumer_try_wait(state)
@@ -392,15 +434,15 @@ class GroupedMixedGemm:
             cute.arch.cp_async_bulk_wait_group(0)  # this warpgroup's last D tile written
 
     @cute.jit
-    def _mma_k_tile(self, ring, state, ready, t_sb_pairs, words, t_ra, t_rb, s_s, b_coords,
-                    scales, acc, tiled_mma):
+    def _mma_k_tile(self, ring, state, ready, t_sb_pairs, halves, words, t_ra, t_rb, s_s,
+                    b_coords, scales, acc, tiled_mma):
         """One K tile as example 69's mainloop issues it: per k-block of 16, wait until
         the wgmma that last read that block's registers (the previous K tile's) has
         retired, convert (and scale) the block into them, fence, issue its wgmma and
         commit it, leaving up to k_blocks - 1 wgmma in flight."""
         k_blocks = cute.size(t_ra, mode=[2])
         ring.consumer_wait(state, ready)
-        halves = t_sb_pairs[(None, None, None, state.index)].load()
+        load_fp8_pairs(t_sb_pairs, halves, state.index)
         if cutlass.const_expr(self.scale_only):
             for i in cutlass.range_constexpr(cute.size(scales)):
                 scales[i] = s_s[(b_coords[i][0], 0, state.index)]
@@ -429,6 +471,9 @@ class GroupedMixedGemm:
         half = tile_n // 2
         row_start, row_end = row_offsets[group], row_offsets[group + 1]
         n_total = cute.size(m_d, mode=[0])
+        # C is read only where beta is not 0, as the example's epilogue loads it only then
+        # (is_C_load_needed: its LinearCombination's beta is_zero).
+        read_c = beta != cutlass.Float32(0.0)
         if row_start + (m_tile + 1) * tile_m <= row_end:
             # Named barrier 1 + warpgroup: this warpgroup's 128 threads only (0 is the CTA's).
             barrier_id, threads = 1 + warpgroup_idx, 128
@@ -439,7 +484,7 @@ class GroupedMixedGemm:
                 n = n_tile * tile_n + acc_coords[i][0]
                 row = row_start + m_tile * tile_m + acc_coords[i][1]
                 source = cutlass.Float32(0.0)  # beyond N: staged, then clipped by the store
-                if n < n_total:
+                if n < n_total and read_c:
                     source = beta * m_c[(n, row)].to(cutlass.Float32)
                 d_frag[i] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
             cute.copy(d_store, t_rd, t_sd)
@@ -459,5 +504,7 @@ class GroupedMixedGemm:
                 n = n_tile * tile_n + acc_coords[i][0]
                 row = row_start + m_tile * tile_m + acc_coords[i][1]
                 if n < n_total and row < row_end:
-                    source = beta * m_c[(n, row)].to(cutlass.Float32)
+                    source = cutlass.Float32(0.0)
+                    if read_c:
+                        source = beta * m_c[(n, row)].to(cutlass.Float32)
                     m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
