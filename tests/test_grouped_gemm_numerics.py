@@ -3,6 +3,8 @@ against the float64 oracle (fresh random inputs every run)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -207,3 +209,104 @@ def test_a_bad_input_is_named_not_broadcast(rng, change, message, entry):
             runnable.call(*runnable.prepare(inputs))
         else:
             {"model": numerics.model, "oracle": oracle_f64.oracle}[entry](problem_, inputs)
+
+
+def _f32(exact: Fraction) -> np.float32:
+    """``exact`` rounded to fp32, to nearest, ties to an even significand: of the fp32
+    values around its float64 rounding, the nearest."""
+    near = np.float32(float(exact))  # float() rounds once, to float64: within an fp32 ulp
+    around = (np.nextafter(near, np.float32(-np.inf)), near,
+              np.nextafter(near, np.float32(np.inf)))
+    return min(around, key=lambda v: (abs(Fraction(float(v)) - exact),
+                                      int(v.view(np.uint32)) & 1))
+
+
+def _cutlass_epilogue_f32(acc, c, alpha, beta) -> np.ndarray:
+    """Example 69's epilogue (Sm90LinearCombinationPtrArray) element by element in exact
+    rationals: t = fp32(alpha · acc), then fp32(beta · C + t), one rounding each."""
+    alpha, beta = Fraction(float(np.float32(alpha))), Fraction(float(np.float32(beta)))
+    out = np.empty(acc.shape, np.float32)
+    for index in np.ndindex(acc.shape):
+        scaled = _f32(alpha * Fraction(float(acc[index])))
+        out[index] = _f32(beta * Fraction(float(c[index])) + Fraction(float(scaled)))
+    return out
+
+
+def _old_order_f32(acc, c, alpha, beta) -> np.ndarray:
+    """The port's epilogue before issue 47: fma(alpha, acc, fp32(beta · C)) (the fma by
+    float64, which is exact here: alpha · acc has 48 bits and beta · C 35, within 53)."""
+    source = np.float32(beta) * c.astype(np.float32)
+    return (np.float64(np.float32(alpha)) * acc.astype(np.float64) + source).astype(np.float32)
+
+
+def test_fma_f32_rounds_once_where_float64_rounds_twice():
+    """(1 + 2⁻²³) · 1.5 is a tie between fp32 neighbours; -2⁻⁶⁰ makes the exact sum fall
+    below it, but the float64 sum drops -2⁻⁶⁰ and the tie goes to even, up. Odd fp32 a
+    times 1.5 is such a tie for any a, so half of these round wrongly through float64."""
+    one = numerics.fma_f32(1 + 2.0**-23, 1.5, -(2.0**-60))
+    assert one == np.float32(1.5 + 2.0**-23)
+    assert np.float32(np.float64(1 + 2.0**-23) * 1.5 - 2.0**-60) == np.float32(1.5 + 2.0**-22)
+    rng = np.random.default_rng()
+    odd = rng.integers(2**22, 2**25 // 6, 400) * 2 + 1  # a in [1, 4/3): a · 1.5 below 2
+    a = (odd * 2.0**-23 * 2.0 ** rng.integers(-20, 20, 400) * rng.choice([-1, 1], 400))
+    a, b = a.astype(np.float32), np.full(400, 1.5, np.float32)
+    c = (np.abs(a) * 2.0**-60 * rng.choice([-1, 1], 400)).astype(np.float32)
+    # and plain draws over a wide range of exponents, the last 200 near cancellation
+    wide = (rng.standard_normal((3, 600)) * 2.0 ** rng.integers(-30, 30, (3, 600)))
+    wide = wide.astype(np.float32)
+    wide[2, -200:] = -(wide[0, -200:].astype(np.float64) * wide[1, -200:]).astype(np.float32)
+    a, b, c = (np.concatenate([tie, draw]) for tie, draw in zip((a, b, c), wide, strict=True))
+    got = numerics.fma_f32(a, b, c)
+    want = np.array([_f32(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r)))
+                     for p, q, r in zip(a, b, c, strict=True)], np.float32)
+    assert np.array_equal(got, want)
+    naive = (a.astype(np.float64) * b + c).astype(np.float32)
+    assert np.count_nonzero(naive[:400] != want[:400]) > 100
+
+
+def test_the_epilogue_rounds_in_example_69s_order_at_inexact_alpha_and_beta():
+    """At alpha 0.3, beta 0.7 (neither alpha · acc nor beta · C exact) the model's epilogue
+    is fp32(beta · C + fp32(alpha · acc)), CUTLASS's order, element for element; the port's
+    order before issue 47, fma(alpha, acc, fp32(beta · C)), differs in fp32 on about a
+    quarter of the elements."""
+    p = grouped(m=(16, 40), alpha=0.3, beta=0.7)
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    acc = numerics.accumulate(p, inputs)
+    want = _cutlass_epilogue_f32(acc, inputs["c"], p.alpha, p.beta)
+    got = numerics.epilogue_f32(acc, inputs["c"], p.alpha, p.beta)
+    assert np.array_equal(got, want)
+    assert np.array_equal(numerics.model(p, inputs).view(np.uint16),
+                          want.astype(np.float16).view(np.uint16))
+    old = _old_order_f32(acc, inputs["c"], p.alpha, p.beta)
+    assert np.mean(old != want) > 0.1
+
+
+def test_the_old_epilogue_order_changes_d_itself():
+    """The two orders, one fp32 ulp apart, round to different f16 where they straddle an
+    f16 tie: 4 of 63,488 elements of D on this draw."""
+    p = grouped(alpha=0.3, beta=0.7, m=(16, 40, 0, 128, 64))
+    inputs = problems.make_inputs(p, np.random.default_rng(7))
+    acc = numerics.accumulate(p, inputs)
+    old = _old_order_f32(acc, inputs["c"], p.alpha, p.beta).astype(np.float16)
+    assert np.count_nonzero(numerics.model(p, inputs) != old) > 0
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 0.0), (0.5, 0.5), (2.0, 2.0)])
+def test_the_orders_agree_where_alpha_and_beta_are_powers_of_two(alpha, beta):
+    """alpha · acc and beta · C are then exact, so both orders are one rounding of the same
+    value: the case's configurations (and the GPU records made before issue 47) hold."""
+    p = grouped(alpha=alpha, beta=beta, m=(16, 40, 0, 128, 64))
+    inputs = problems.make_inputs(p, np.random.default_rng())
+    acc = numerics.accumulate(p, inputs)
+    got = numerics.epilogue_f32(acc, inputs["c"], alpha, beta)
+    assert np.array_equal(got, _old_order_f32(acc, inputs["c"], alpha, beta))
+
+
+def test_at_beta_0_c_is_not_read():
+    """As the example, which neither loads C nor keeps it at beta 0: a C of NaN and inf
+    changes nothing, and a -0 product comes out +0 (fma(0, 0, -0))."""
+    acc = np.array([[1.5, -0.0, -3.0]], np.float32)
+    c = np.array([[np.nan, np.inf, 1.0]], np.float16)
+    d = numerics.epilogue(acc, c, 2.0, 0.0)
+    assert np.array_equal(d.view(np.uint16), np.array([[3.0, 0.0, -6.0]], np.float16).view(
+        np.uint16))

@@ -4,8 +4,9 @@ The kernel's arithmetic, as CUTLASS example 69 does it: B (fp8 e5m2) is converte
 and, in ScaleOnly mode, multiplied by its scale in bf16 arithmetic, i.e. the dequantized
 operand is bf16(float(B) · float(scale)) rounded to nearest even (the product of a 3-bit
 and an 8-bit significand is exact in fp32, so this is a single rounding); the GEMM
-accumulates in fp32, one wgmma step of 16 K at a time; the epilogue computes
-fma(alpha, acc, beta · C) in fp32 and rounds to f16.
+accumulates in fp32, one wgmma step of 16 K at a time; the epilogue computes, in fp32,
+alpha · acc rounded, then fma(beta, C, that) with one rounding, and rounds to f16 (the
+order of CUTLASS's Sm90LinearCombinationPtrArray, ``epilogue``).
 The oracle evaluates the same problem in float64 on the same dequantized operand, so the
 model's error against it is fp32 accumulation plus the epilogue and the f16 rounding
 only; ``error_bound`` bounds that per element from the actual partial sums.
@@ -47,25 +48,69 @@ def model(problem: GroupedProblem, inputs: dict[str, np.ndarray],
     order, one wgmma step of 16 K at a time (the step's products summed, then added to the
     fp32 accumulator with one rounding); fp32 epilogue; f16 out. ``operand`` replaces the
     dequantized B (how a near-miss kernel is modelled)."""
+    acc = accumulate(problem, inputs, operand)
+    return epilogue(acc, inputs["c"], problem.alpha, problem.beta)
+
+
+def accumulate(problem: GroupedProblem, inputs: dict[str, np.ndarray],
+               operand: np.ndarray | None = None) -> np.ndarray:
+    """The fp32 accumulators (sum M, N), the groups' rows stacked as D's: the step's
+    products summed, then added to the fp32 accumulator with one rounding, step after
+    step."""
     problems.check_inputs(problem, inputs)
     if operand is None:
         operand = problems.dequantize(problem, inputs["b"], inputs["scale"])
     operand, a = operand.astype(np.float64), inputs["a"].astype(np.float64)
-    c = inputs["c"].astype(np.float32)
-    out = np.empty(c.shape, np.float16)
-    alpha, beta = np.float32(problem.alpha), np.float32(problem.beta)
+    out = np.empty(inputs["c"].shape, np.float32)
     for g, rows in problems.group_rows(problem):
         acc = np.zeros((rows.stop - rows.start, problem.n), np.float32)
         for step in _step_sums(a[rows], operand[g]):
             acc = (acc + step).astype(np.float32)
-        source = beta * c[rows]  # fp32, as the kernel's epilogue
-        # fma(alpha, acc, source) in fp32: the product of two fp32 values is exact in
-        # float64, so rounding the float64 sum to fp32 gives the fused result (except
-        # for a rare double rounding of the sum; the bound covers either).
-        fused = (np.float64(alpha) * acc.astype(np.float64) + source).astype(np.float32)
-        with np.errstate(over="ignore"):  # beyond the f16 range: inf, as the kernel's
-            out[rows] = fused.astype(np.float16)
+        out[rows] = acc
     return out
+
+
+def fma_f32(a, b, c) -> np.ndarray:
+    """fma(a, b, c) of fp32 values with one rounding to fp32 (round to nearest even), as
+    FFMA. a · b is exact in float64 (two 24-bit significands); the float64 sum is made
+    round-to-odd (where it was inexact, by TwoSum's error, its last bit is set), and
+    rounding that to fp32 is the single rounding of the exact value, as 53 bits are at
+    least 24 + 2 (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums:
+    proved algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008). The
+    plain float64 sum rounded to fp32 can round twice: fma(1 + 2⁻²³, 1.5, -2⁻⁶⁰)."""
+    a, b, c = (np.asarray(x, np.float32).astype(np.float64) for x in (a, b, c))
+    product = a * b
+    total = product + c
+    with np.errstate(invalid="ignore"):  # inf - inf in the error of an infinite sum
+        back = total - product
+        error = (product - (total - back)) + (c - back)  # TwoSum: exact sum - total
+        even = (total.view(np.int64) & 1) == 0
+        inexact = np.isfinite(total) & (error != 0) & even
+        towards = np.where(error > 0, np.inf, -np.inf)
+    odd = np.where(inexact, np.nextafter(total, towards), total)
+    with np.errstate(over="ignore"):
+        return odd.astype(np.float32)
+
+
+def epilogue_f32(acc: np.ndarray, c: np.ndarray, alpha, beta) -> np.ndarray:
+    """Example 69's epilogue on the fp32 accumulators, before D's rounding to f16:
+    CUTLASS's Sm90LinearCombinationPtrArray, beta · C + (alpha · acc) as two nodes, so
+    alpha · acc rounded to fp32 (its FMUL), then fma(beta, C, that) with one rounding (its
+    FFMA), C converted exactly from f16. Where beta is 0 the example neither reads C nor
+    keeps it (its C fragment cleared): fma(0, 0, alpha · acc), which is alpha · acc with a
+    -0 made +0."""
+    alpha, beta = np.float32(alpha), np.float32(beta)
+    with np.errstate(over="ignore"):  # beyond the fp32 range: inf, as FMUL's
+        scaled = alpha * np.asarray(acc, np.float32)
+    source = np.asarray(c, np.float32) if beta != 0 else np.zeros(scaled.shape, np.float32)
+    return fma_f32(beta, source, scaled)
+
+
+def epilogue(acc: np.ndarray, c: np.ndarray, alpha, beta) -> np.ndarray:
+    """``epilogue_f32`` rounded to f16 to nearest even (F2FP.F16.F32.PACK_AB); beyond the
+    f16 range, inf."""
+    with np.errstate(over="ignore"):
+        return epilogue_f32(acc, c, alpha, beta).astype(np.float16)
 
 
 def error_bound(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -77,8 +122,10 @@ def error_bound(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.nd
     P_t the step's Σ|a·b|, each step errs by at most STEP_ERROR (|S_(t-1)| + P_t) (to
     first order; the factor (1 + STEP_ERROR)^steps covers the rest), so the accumulator
     errs by at most E = STEP_ERROR (1 + STEP_ERROR)^steps Σ_t (|S_(t-1)| + P_t). The fp32
-    epilogue fma(alpha, acc, beta·C) adds U32 (|alpha·S| + 2|beta·C|) and the f16 output
-    one relative rounding U16 of the result or, below the normal range, half a subnormal
+    epilogue, t = alpha·acc rounded then fma(beta, C, t) rounded once, adds U32 |alpha·S|
+    and, where beta is not 0, U32 (|beta·C| + (1 + U32) |alpha·S|) (where it is 0 the fma
+    is exact: t + 0), carrying |alpha| E through both roundings; the f16 output adds one
+    relative rounding U16 of the result or, below the normal range, half a subnormal
     step.
     """
     problems.check_inputs(problem, inputs)
@@ -93,10 +140,11 @@ def error_bound(problem: GroupedProblem, inputs: dict[str, np.ndarray]) -> np.nd
         for step in _step_sums(a[rows], operand[g]):
             carried += np.abs(partial)
             partial += step
-        accumulated = abs(problem.alpha) * growth * carried * (1 + U32)
-        epilogue = U32 * (abs(problem.alpha) * np.abs(partial)
-                          + (2 + U32) * abs(problem.beta) * np.abs(c[rows]))
-        bound[rows] = (accumulated + epilogue) * (1 + U16) + F16_SUBNORMAL_STEP / 2
+        accumulated = abs(problem.alpha) * growth * carried * (1 + U32) ** 2
+        scaled = abs(problem.alpha) * np.abs(partial)
+        fused = (U32 * (abs(problem.beta) * np.abs(c[rows]) + (1 + U32) * scaled)
+                 if problem.beta else 0.0)
+        bound[rows] = (accumulated + U32 * scaled + fused) * (1 + U16) + F16_SUBNORMAL_STEP / 2
     return bound
 
 

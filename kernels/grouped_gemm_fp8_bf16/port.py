@@ -22,8 +22,9 @@ wgmma from registers (the RS form); the activations are read by wgmma from share
 - Groups are stacked: A, C and D are (sum M, ·) with each group's rows at its row offset
   (TMA loads of a tile that crosses into the next group read rows that the epilogue
   never stores); B is (N, K, groups); scales (N, ceil(K/c), groups), N contiguous.
-- Epilogue: fma(alpha, acc, beta · C) in fp32 as CUTLASS's LinearCombination (C read
-  from global memory, only where beta is not 0), rounded to f16, staged in shared memory
+- Epilogue: fma(beta, C, alpha · acc) in fp32, alpha · acc rounded to fp32 first, in
+  the order of CUTLASS's LinearCombination as example 69 builds it (C read from global
+  memory, only where beta is not 0; 0 otherwise), rounded to f16, staged in shared memory
   by stmatrix and stored by TMA, as the example; a group's last M tile, when partial, by
   predicated stores from registers (a TMA store of the stacked D would write the next
   group's rows).
@@ -462,8 +463,11 @@ class GroupedMixedGemm:
     def _epilogue(self, acc, acc_coords, d_frag, d_store, t_rd, t_sd, m_c, m_d, tma_d, m_dt,
                   s_d, row_offsets, group, n_tile, m_tile, alpha, beta, warpgroup_idx,
                   issuer):
-        """D = fma(alpha, acc, beta · C) in fp32 (CUTLASS's LinearCombination), rounded to
-        f16. A tile whose 16 rows all lie in the group goes through shared memory and a TMA
+        """D = fma(beta, C, alpha · acc) in fp32, alpha · acc rounded to fp32 first, then
+        rounded to f16: the order of example 69's epilogue (Sm90LinearCombinationPtrArray:
+        multiplies then homogeneous_multiply_add, one FMUL and one FFMA in its SASS). Where
+        C is not read (beta 0) it is 0 in the fma, as the example clears its C fragment
+        then. A tile whose 16 rows all lie in the group goes through shared memory and a TMA
         store, each warpgroup its 64 rows of N (the store clips N); the group's last tile,
         when partial, is stored from registers, predicated, since a TMA store of the
         stacked D would write the next group's rows."""
@@ -472,7 +476,8 @@ class GroupedMixedGemm:
         row_start, row_end = row_offsets[group], row_offsets[group + 1]
         n_total = cute.size(m_d, mode=[0])
         # C is read only where beta is not 0, as the example's epilogue loads it only then
-        # (is_C_load_needed: its LinearCombination's beta is_zero).
+        # (is_C_load_needed: its LinearCombination's beta is_zero) and otherwise clears
+        # its C fragment, so fma(0, 0, alpha · acc): alpha · acc, a -0 made +0.
         read_c = beta != cutlass.Float32(0.0)
         if row_start + (m_tile + 1) * tile_m <= row_end:
             # Named barrier 1 + warpgroup: this warpgroup's 128 threads only (0 is the CTA's).
@@ -483,10 +488,11 @@ class GroupedMixedGemm:
             for i in cutlass.range_constexpr(cute.size(acc)):
                 n = n_tile * tile_n + acc_coords[i][0]
                 row = row_start + m_tile * tile_m + acc_coords[i][1]
-                source = cutlass.Float32(0.0)  # beyond N: staged, then clipped by the store
+                scaled = alpha * acc[i]  # rounded to fp32: CUTLASS's alpha · acc node
+                c = cutlass.Float32(0.0)  # beyond N: staged, then clipped by the store
                 if n < n_total and read_c:
-                    source = beta * m_c[(n, row)].to(cutlass.Float32)
-                d_frag[i] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
+                    c = m_c[(n, row)].to(cutlass.Float32)
+                d_frag[i] = cute.math.fma(beta, c, scaled).to(cutlass.Float16)
             cute.copy(d_store, t_rd, t_sd)
             cute.arch.fence_proxy("async.shared", space="cta")  # visible to the TMA store
             cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
@@ -504,7 +510,8 @@ class GroupedMixedGemm:
                 n = n_tile * tile_n + acc_coords[i][0]
                 row = row_start + m_tile * tile_m + acc_coords[i][1]
                 if n < n_total and row < row_end:
-                    source = cutlass.Float32(0.0)
+                    scaled = alpha * acc[i]
+                    c = cutlass.Float32(0.0)
                     if read_c:
-                        source = beta * m_c[(n, row)].to(cutlass.Float32)
-                    m_d[(n, row)] = cute.math.fma(alpha, acc[i], source).to(cutlass.Float16)
+                        c = m_c[(n, row)].to(cutlass.Float32)
+                    m_d[(n, row)] = cute.math.fma(beta, c, scaled).to(cutlass.Float16)
