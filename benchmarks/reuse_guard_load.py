@@ -8,7 +8,7 @@ use its threads, as the numpy model that was accused does; on a loaded host thei
 wake-up stalls the first call after a pause by many times the call. How often the
 reuse guard's first pass suspected a reuse that a re-check cleared is counted too: the
 guard refused those before it re-checked. Then each cheat fixture, the numpy
-counterparts of those in tests/test_measure_engine.py, is measured ``--cheat-runs``
+counterparts of those in tests/measure/test_measure_engine.py, is measured ``--cheat-runs``
 times under the same load and must be refused every time (which guard refused it is
 recorded). The result is a versioned record, benchmarks/results/reuse_guard_load.json.
 
@@ -43,7 +43,7 @@ SIDE = 256  # a 256×256 float64 matmul: ~0.4 ms on 2 cores, OpenBLAS threads on
 # A cheat hides or skips 4 of them (~1.5 ms), well above the guards' absolute margins
 # (ABSOLUTE_S, FRESH_INPUT_S): a cheat worth catching skips more than the noise.
 CHEAT_REPS = 4
-HIDDEN_S = 3e-3  # what the thread cheats hide, as WORK_S in tests/test_measure_engine.py
+HIDDEN_S = 3e-3  # what the thread cheats hide, as WORK_S in tests/measure/test_measure_engine.py
 # The pipeline's settings, but one repeat whose sampling stops after 1 s (±1% is rarely
 # reached sooner under load): the guards run after sampling, whatever stopped it.
 SETTINGS = timing.default_settings(timeout_s=1.0, repeats=1)

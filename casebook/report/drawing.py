@@ -18,7 +18,7 @@ from casebook.report.evidence import Evidence
 plt.rcParams.update({"svg.hashsalt": "casebook", "svg.fonttype": "none", "font.size": 9})
 # Every figure is drawn this wide and no text smaller, so that shown at the case page's
 # figure width (about 700 px, or scrolled at no less on a phone) no label is under 9 px
-# (tests/test_browser.py measures it).
+# (tests/site/test_browser.py measures it).
 WIDTH_IN = 6.4
 MIN_FONT_PT = 7
 

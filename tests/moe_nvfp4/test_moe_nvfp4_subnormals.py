@@ -23,7 +23,7 @@ from kernels.moe_nvfp4 import checks, mgpu_quantize, numerics, problems
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile, pytest.mark.host_rehearsal]
 
-E, M, K = 2, 256, 512  # the interpreted shape of tests/test_moe_nvfp4_quantize.py
+E, M, K = 2, 256, 512  # the interpreted shape of tests/moe_nvfp4/test_moe_nvfp4_quantize.py
 TINY = 2.0**-126  # the smallest normal float32 (and bf16)
 # |x| < 2^-126 scaled by gs/sf (sf >= 2^-9 when not 0) reaches e2m1's first step 0.25 only
 # if gs > 2^115; a block of only subnormals needs gs > 6·2^116 for a scale above 0.
@@ -147,7 +147,7 @@ def test_flushing_changes_no_code_and_no_scale_at_the_global_scale_bound(rng, in
 
 
 # Read as plain YAML: the workflow's config loader is not on the kernel-only stack.
-POINTS = yaml.safe_load((Path(__file__).parents[1] / "configs/cases/moe_nvfp4.yaml"
+POINTS = yaml.safe_load((Path(__file__).parents[2] / "configs/cases/moe_nvfp4.yaml"
                          ).read_text())["points"]
 
 

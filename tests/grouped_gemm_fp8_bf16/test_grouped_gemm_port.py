@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.compile, pytest.mark.timeout(300)]
 
 
 def host_check(*args: str):
-    """Run tests.grouped_gemm_host_checks in a child (GPU intrinsics abort a process)."""
-    done = subprocess.run([sys.executable, "-m", "tests.grouped_gemm_host_checks", *args],
+    """Run host_checks.py (beside this file) in a child (GPU intrinsics abort a process)."""
+    done = subprocess.run([sys.executable, "-m", "tests.grouped_gemm_fp8_bf16.host_checks", *args],
                           capture_output=True, text=True, timeout=240,
                           env={**os.environ, "CUTE_DSL_ARCH": "sm_90a",
                                "PYTHONPATH": os.pathsep.join(sys.path)})
@@ -140,6 +140,6 @@ def test_the_port_compiles_for_sm90a_with_wgmma_from_registers(mode, tmp_path):
     mainloop = sass.read(Path(facts["cubin"]), compile_port.KERNEL_NAME)
     assert mainloop["hgmma_per_k_tile"] == 4 and mainloop["fp8_unpacks_per_k_tile"] == 16
     assert mainloop["scale_multiplies_per_k_tile"] == (16 if mode == "scale_only" else 0)
-    if mode == "scale_only":  # the SASS that tests/test_grouped_gemm_sass.py reads is this
-        fixture = Path(__file__).parent / "data" / "grouped_gemm_sass" / "port_scale_only.sass"
+    if mode == "scale_only":  # the SASS that test_grouped_gemm_sass.py reads is this
+        fixture = Path(__file__).parents[1] / "data" / "grouped_gemm_sass" / "port_scale_only.sass"
         assert mainloop == sass.facts(sass.kernel(fixture.read_text(), compile_port.KERNEL_NAME))

@@ -15,7 +15,7 @@ import pytest
 from casebook.measure import clocks, engine, tpu
 from kernels.contract import Runnable
 
-DATA = Path(__file__).parent / "data" / "tpu"
+DATA = Path(__file__).parents[1] / "data" / "tpu"
 # The probe's wall clock around block_until_ready, and the device's own splash kernel
 # events (XLA Ops) read by hand from the same trace: what the module sums must agree with.
 SPLASH_KERNEL_NS = [760578, 761609, 760991, 761255, 761807]

@@ -95,7 +95,7 @@ def test_without_an_sm90_gpu_it_says_so(tmp_path):
 
 @pytest.mark.skipif(
     device.sm90_device() is not None,
-    reason="this host has an sm_90 GPU: the step runs (tests/test_grouped_gemm_gpu.py)",
+    reason="this host has an sm_90 GPU: the step runs (test_grouped_gemm_gpu.py)",
 )
 def test_a_cpu_host_records_that_it_could_not_run_it(tmp_path):
     out = tmp_path / "bit_exact.json"

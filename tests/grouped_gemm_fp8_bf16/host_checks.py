@@ -1,7 +1,7 @@
 """The port's host-side CuTe DSL logic, run on the CPU by @cute.jit (no launch).
 
-Run as ``python -m tests.grouped_gemm_host_checks CHECK`` in a child process (a GPU
-intrinsic reached on the host aborts the whole process); prints JSON on stdout:
+Run as ``python -m tests.grouped_gemm_fp8_bf16.host_checks CHECK`` in a child process (a
+GPU intrinsic reached on the host aborts the whole process); prints JSON on stdout:
 
 - ``schedule M,M,... N``: every tile's (group, n tile, m tile) from ``port.locate_tile``;
 - ``layout``: the (n, k) coordinates of each consumer thread's converted-B fragment and

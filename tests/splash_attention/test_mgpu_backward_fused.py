@@ -3,7 +3,7 @@ launch, dQ summed by a partitioned reduction, in the interpreter with race detec
 and NaN shared memory against float64 autodiff of the dense reference; lowered for
 sm_90a at the publishable sizes with its budget.
 
-Tolerances: the case config's, as for the two-kernel backward (tests/test_mgpu_backward).
+Tolerances: the case config's, as for the two-kernel backward (test_mgpu_backward.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from kernels.splash_attention.problems import (
     mask_of,
     segments,
 )
-from tests.test_mgpu_backward import FWD, check_gradients, cotangent
+from tests.splash_attention.test_mgpu_backward import FWD, check_gradients, cotangent
 
 pytestmark = [pytest.mark.interpret, pytest.mark.compile]
 TILES = mgpu_backward.BackwardConfig(64, 64, 2)

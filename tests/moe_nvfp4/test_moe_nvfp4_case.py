@@ -58,7 +58,7 @@ def test_baselines_answer_the_dense_oracle(rng, name):
 
 
 # The interpreter runs the Hopper variants; the Blackwell ones only lower
-# (tests/test_moe_nvfp4_sm100.py).
+# (tests/moe_nvfp4/test_moe_nvfp4_sm100.py).
 RUNS = [(name, "check") for name, v in port.VARIANTS.items() if v.arch == "sm_90a"] + [
     ("moe_fused", "time")]
 

@@ -14,7 +14,7 @@ from casebook.core.errors import CasebookError
 from casebook.report import page_tables
 from kernels.grouped_gemm_fp8_bf16 import compile_port, sass, upstream
 
-DATA = Path(__file__).parent / "data" / "grouped_gemm_sass"
+DATA = Path(__file__).parents[1] / "data" / "grouped_gemm_sass"
 PORT = sass.facts(
     sass.kernel((DATA / "port_scale_only.sass").read_text(), compile_port.KERNEL_NAME)
 )

@@ -48,14 +48,15 @@ def test_the_plan_fits_one_device_command_and_the_dry_run_prints_it():
 
 def test_a_gpu_tests_step_runs_its_tests_and_the_plan_lists_them(tmp_path):
     window = yaml.safe_load(gpu_window.WINDOW_CONFIG.read_text())
+    test = "tests/grouped_gemm_fp8_bf16/test_grouped_gemm_gpu.py"
     window["steps"] = [{"name": "gpu_tests", "case": "grouped_gemm_fp8_bf16", "budget_s": 5,
-                        "tests": ["tests/test_grouped_gemm_gpu.py"], "what": "x"}]
+                        "tests": [test], "what": "x"}]
     path = tmp_path / "gpu-window.yaml"
     path.write_text(yaml.safe_dump(window))
     window = gpu_window.load(path)
     [[argv]] = gpu_window.commands(window, "h200", "o")
-    assert argv[1:3] == ["-m", "pytest"] and argv[-1] == "tests/test_grouped_gemm_gpu.py"
-    assert "runs: -m pytest tests/test_grouped_gemm_gpu.py" in gpu_window.describe(window, "h200")
+    assert argv[1:3] == ["-m", "pytest"] and argv[-1] == test
+    assert f"runs: -m pytest {test}" in gpu_window.describe(window, "h200")
 
 
 def test_the_short_tpu_plan_is_the_tpu_plan_in_less_time():

@@ -46,9 +46,9 @@ def test_example_69_compiles_for_sm90a_with_its_resources(built):
     library = ctypes.CDLL(facts["library"])
     for name in ("ex69_create", "ex69_run", "ex69_destroy", "ex69_last_error"):
         assert callable(getattr(library, name))
-    # The SASS fixture of its ScaleOnly kernel (tests/test_grouped_gemm_sass.py) is this
+    # The SASS fixture of its ScaleOnly kernel (test_grouped_gemm_sass.py) is this
     # binary's: the same facts.
-    fixture = Path(__file__).parent / "data" / "grouped_gemm_sass" / "ex69_scale_only.sass"
+    fixture = Path(__file__).parents[1] / "data" / "grouped_gemm_sass" / "ex69_scale_only.sass"
     name = upstream.KERNEL_NAMES["scale_only"]
     assert sass.read(Path(facts["binary"]), name) == sass.facts(
         sass.kernel(fixture.read_text(), name))

@@ -16,7 +16,7 @@ import pytest
 
 from kernels.grouped_gemm_fp8_bf16 import compile_port, sass, upstream
 
-DATA = Path(__file__).parent / "data" / "grouped_gemm_sass"
+DATA = Path(__file__).parents[1] / "data" / "grouped_gemm_sass"
 
 
 def read(name: str, contains: str) -> list[sass.Instruction]:

@@ -2,8 +2,8 @@
 
 The model is verified and timed; the port is compiled for sm_90a and, with no GPU here,
 recorded as not run; the page says kernel verification needs an sm_90 GPU. The C++
-reference's nvcc build (~2 min, ~5 GB) is exercised once, by tests/test_grouped_gemm_
-reference.py, and by the full pipeline (`make`), not here.
+reference's nvcc build (~2 min, ~5 GB) is exercised once, by test_grouped_gemm_reference.py
+beside this file, and by the full pipeline (`make`), not here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def tiny_grouped_case() -> dict:
     spec["points"] = [p for p in spec["points"] if p["name"] == "epilogue_multichunk"]
     spec["build_only_points"] = spec["build_only_points"][:1]
     spec["variants"] = [v for v in spec["variants"] if v["name"] != "cutlass_ex69"]
-    del spec["side_by_side"]  # it names cutlass_ex69 (tests/test_grouped_gemm_bit_exact.py)
+    del spec["side_by_side"]  # it names cutlass_ex69 (test_grouped_gemm_bit_exact.py)
     spec["verify"]["trials"] = 1
     return spec
 
