@@ -88,8 +88,14 @@ def test_tensor_arguments_match_the_dsls_own_descriptors_byte_for_byte(exported)
             leading_dim=array.ndim - 1)
         ours = aot.tensor_value(argument, array.ctypes.data, shape,
                                 device.row_major_strides(shape))
-        size = ctypes.sizeof(ours)
-        assert ctypes.string_at(theirs.__c_pointers__()[0], size) == bytes(ours), argument
+        # Field by field: the padding between fields (after an odd count of 32-bit
+        # extents) is never read, and the DSL leaves it uninitialised.
+        base = theirs.__c_pointers__()[0]
+        fields = [(name, getattr(type(ours), name)) for name, _ in ours._fields_]
+        assert sum(f.size for _, f in fields) > 0
+        for name, field in fields:
+            assert (ctypes.string_at(base + field.offset, field.size)
+                    == bytes(ours)[field.offset:field.offset + field.size]), (argument, name)
 
 
 def test_a_tensor_of_another_rank_or_layout_is_refused():
