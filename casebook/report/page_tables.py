@@ -267,8 +267,9 @@ def side_by_side(ev: Evidence, spec: dict[str, Any]) -> str:
             verdict = "same"
         else:
             differing.add(fact)
-            verdict = (f"{entry['kind'].upper() if entry['kind'] == 'open' else entry['kind']}: "
-                       f"{entry['reason']}" if entry else "UNEXPLAINED")
+            kind = entry and entry["kind"].replace("_", " ")
+            verdict = (f"{kind.upper() if kind == 'open' else kind}: {entry['reason']}"
+                       if entry else "UNEXPLAINED")
         rows.append({"fact": fact, pair["variant"]: mine, pair["against"]: other,
                      "points": f"all {len(both)}" if len(points) == len(both)
                      else ", ".join(points), "difference": verdict})

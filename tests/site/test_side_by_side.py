@@ -64,10 +64,13 @@ def test_an_explained_difference_passes_and_an_open_one_fails():
         [
             {"fact": "stages", "kind": "forced", "reason": "the DSL says so"},
             {"fact": "hgmma_in_kernel", "kind": "open", "reason": "not done yet"},
+            {"fact": "mainloop_instructions", "kind": "not_slower", "reason": "fewer"},
         ]
     )
     assert "forced: the DSL says so" in row(html, "stages")
     assert ' fail"' not in row(html, "stages")
+    assert "not slower: fewer" in row(html, "mainloop_instructions")
+    assert ' fail"' not in row(html, "mainloop_instructions")
     assert "OPEN: not done yet" in row(html, "hgmma_in_kernel")
     assert ' fail"' in row(html, "hgmma_in_kernel")
 
