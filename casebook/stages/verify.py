@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -147,14 +149,18 @@ def check_trial(runnable, plugin, params, inputs, tolerance) -> dict[str, Any]:
     that the oracle agrees with it (zeroes them and returns zeros:
     github.com/ScalingIntelligence/KernelBench/pull/82) fails."""
     pristine = {name: np.array(value, copy=True) for name, value in inputs.items()}
+    began = time.perf_counter()
     try:
         got = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
     except Exception as error:  # a kernel that raises fails verification, visibly
         return {"passed": False, "error": f"{type(error).__name__}: {error}"}
+    ran = time.perf_counter()
     changed = [name for name, value in pristine.items()
                if not np.array_equal(value, inputs[name], equal_nan=True)]
     found = check_outputs(params, pristine, got, plugin.oracle(params, pristine), tolerance,
                           getattr(plugin, "compare", None), runnable.execution["poisoned"])
+    progress(f"kernel {ran - began:.1f} s (its compile included on a first call), "
+             f"oracle and check {time.perf_counter() - ran:.1f} s")
     if changed:
         why = f"the kernel changed its input(s) {', '.join(changed)}"
         return {**found, "passed": False,
@@ -175,6 +181,13 @@ def oracle_check(plugin: Any, params: dict[str, Any], spec: dict[str, Any], path
                               runnable.execution["poisoned"])
         return None if found["passed"] else _why(found)
     return check
+
+
+def progress(line: str) -> None:
+    """One line of where a verification is, to the job's log as it goes: a job stopped
+    midway (a device window's budget) still shows where its time went."""
+    sys.stderr.write(f"verify: {line}\n")
+    sys.stderr.flush()
 
 
 def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> Tolerance:
@@ -203,14 +216,20 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
     else:
         contract.reset(plugin)
         build_dir = paths.build_dir(spec["name"])
+        began = time.perf_counter()
         try:
             runnables = {p: plugin.kernel(variant, params, p, build_dir=build_dir)
                          for p in ("check", "time")}
         except contract.NotRunnable as reason:
             runnables, not_run = {}, str(reason)
+        progress(f"{variant}: kernels made in "
+                 f"{time.perf_counter() - began:.1f} s")
         for purpose, runnable in runnables.items():
             for trial, stream in enumerate(streams):
+                began = time.perf_counter()
                 inputs = plugin.make_inputs(params, np.random.default_rng(stream))
+                progress(f"{purpose} trial {trial}: inputs drawn in "
+                         f"{time.perf_counter() - began:.1f} s")
                 checks.append({"purpose": purpose, "trial": trial,
                                "execution": runnable.execution,
                                **check_trial(runnable, plugin, params, inputs, tolerance)})

@@ -133,3 +133,15 @@ def test_the_oracle_runs_only_after_the_kernels_output_is_fetched():
     case.oracle = lambda params, inputs: events.append("oracle") or oracle(params, inputs)
     assert check(case)["passed"]
     assert events == ["kernel", "oracle"] * 4
+
+
+def test_each_trial_says_where_its_time_went_as_it_goes(capsys):
+    """A job a device window's budget stops midway still shows, in its log, how long the
+    kernels took to make and each trial's inputs, kernel and oracle took."""
+    check(plugin(lambda x: {"y": 2 * x}))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("verify: v: kernels made in ")
+    trials = [line for line in lines if line.startswith(("verify: check trial",
+                                                         "verify: time trial"))]
+    kernels = [line for line in lines if line.startswith("verify: kernel ")]
+    assert len(trials) == len(kernels) == 4 and all("oracle and check" in k for k in kernels)
