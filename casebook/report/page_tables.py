@@ -108,19 +108,44 @@ def _power_text(ev: Evidence, variant: str, point: str) -> str:
     return f"WEAK: {power['why']}" if power["weak"] else "every mutant caught"
 
 
+def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
+    return frozenset(name for check in checks for name in check.get("outputs", {}))
+
+
+def untimed_baselines(ev: Evidence, variant: str, point: str) -> str | None:
+    """Why ``variant`` at ``point`` has no verdict against baselines that compute its
+    outputs (what a baseline computes read from its checks at any point): those not
+    timed there, grouped by reason; None when there are none."""
+    computes = _outputs(ev.verify.get((variant, point), {}).get("checks", []))
+    known = {name: _outputs([record["check"]]) for (name, _), record in ev.baselines.items()
+             if "check" in record}
+    why: dict[str, list[str]] = {}
+    for (name, at), record in ev.baselines.items():
+        if at == point and not record["timed"] and known.get(name) == computes:
+            reason = record.get("not_timed_reason", "not timed").split(":", 1)[0]
+            why.setdefault(reason, []).append(name)
+    return "; ".join(f"not compared: {', '.join(names)}: {reason}" for reason, names in why.items()
+                     ) or None
+
+
 def summary(evs: list[Evidence], on_device: bool) -> str:
     """The case's results at a glance: one row per target, variant and point timed by a
     device clock (``on_device``) or on the host (an interpreter's times, no speed result):
     verified (worst error over tolerance), check power, median and interval, the paired
-    verdict against each baseline, the fraction of the speed of light. A failed check or
-    a WEAK one is marked."""
+    verdict against each baseline (with the baseline's own fraction of the speed of light
+    where it has one: a slow baseline reads as such), the fraction of the speed of light.
+    A failed check or a WEAK one is marked."""
     rows, failed = [], []
     for ev in evs:
         verdicts: dict[tuple[str, str], list[str]] = {}
         for (variant, name, point), c in conditions.comparisons(ev).items():
             ratio = (f" {c.speedup:.2f}× [{c.low:.2f}, {c.high:.2f}]" if c.printable
                      else "")
-            verdicts.setdefault((variant, point), []).append(f"{c.verdict}{ratio} vs {name}")
+            base = ev.baselines.get((name, point))
+            sol = None if base is None else status.sol_fraction(base)
+            own = "" if sol is None else f" (itself at {sol:.1%} of SOL)"
+            verdicts.setdefault((variant, point), []).append(
+                f"{c.verdict}{ratio} vs {name}{own}")
         for (variant, point), record in ev.time.items():
             if not record["timed"] or times_on_host(record["execution"]) == on_device:
                 continue
@@ -135,7 +160,8 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
                 "check power": power,
                 "median": fmt.seconds(m["median_s"]),
                 "interval": f"{fmt.seconds(m['ci_low_s'])} – {fmt.seconds(m['ci_high_s'])}",
-                "against baselines": "; ".join(verdicts.get((variant, point), [])) or None,
+                "against baselines": "; ".join(verdicts.get((variant, point), []))
+                or untimed_baselines(ev, variant, point),
                 "of SOL": None if sol is None else f"{sol:.1%}"})
             failed.append(not check.get("passed") or power.startswith("WEAK"))
     return _html(rows, failed, "summary-device" if on_device else "summary-host")

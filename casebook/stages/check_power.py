@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from casebook.core import provenance, records
+from casebook.core.errors import CasebookError
 from casebook.stages import point_job, verify
+from kernels import contract
 from kernels.mutants import biased
 
 BIAS_RANGE = (1e-9, 1.0)  # relative to the output's RMS: the bisection's bracket
@@ -86,6 +88,7 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
     for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
         inputs = plugin.make_inputs(params, np.random.default_rng(stream))
         want = plugin.oracle(params, inputs)
+        _whole_outputs(want, path)
         correct = plugin.model_outputs(params, inputs, want)
         for output, value in correct.items():
             for mode, check in _both(plugin, params, inputs, want, tolerance, output,
@@ -118,6 +121,18 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
         "missed_poisoned": [f"{r['output']}:{r['name']}" for r in applicable
                             if not r["caught_poisoned"]],
     }
+
+
+def _whole_outputs(want: dict[str, Any], path: object) -> None:
+    """Refuse, naming the outputs, where the oracle answers sampled rows only (a case's
+    sizes past its dense oracle): the model outputs and near-miss mutants are whole
+    arrays made from the oracle's."""
+    sampled = {name: value for name, value in want.items()
+               if isinstance(value, contract.SampledRows)}
+    if sampled:
+        rows = ", ".join(f"{name} ({v.rows} of {v.total} rows)" for name, v in sampled.items())
+        raise CasebookError(path, "points", f"check power needs the oracle's whole outputs; "
+                            f"at this point it answers sampled rows only: {rows}")
 
 
 def _summary(check: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from casebook.core import cases, config, paths, records
+from casebook.core.errors import CasebookError
 from casebook.report import conditions
 from casebook.stages import check_power
 from kernels.mutants import Mutant, bias, biased, scale
@@ -164,3 +165,17 @@ def test_the_rule_writes_a_schema_checked_record(tmp_path):
     out.write_text(json.dumps(broken))
     with pytest.raises(Exception, match="mutants"):
         records.read(str(out), "check_power")
+
+
+def test_a_point_whose_oracle_answers_sampled_rows_is_refused_by_name():
+    """Past a case's dense oracle (splash attention from S 2048) the oracle answers some
+    rows only; mutants are made from whole outputs, so the stage refuses, naming the
+    case file, the key and the rows, instead of failing inside a mutant."""
+    from kernels import contract
+
+    case = toy([bias("y", 0.1)])
+    case.oracle = lambda params, inputs: {"y": contract.SampledRows(
+        (params["n"],), (np.arange(4),), lambda: 2 * inputs["x"][:4], seed=1)}
+    with pytest.raises(CasebookError, match=r"toy\.yaml: points: check power needs the "
+                       r"oracle's whole outputs; .*: y \(4 of 64 rows\)"):
+        check_power.measure(case, PARAMS, SPEC, "toy.yaml")

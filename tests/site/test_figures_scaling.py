@@ -8,7 +8,7 @@ import itertools
 import pytest
 from matplotlib.text import Text
 
-from casebook.core import config, paths
+from casebook.core import config, fmt, paths
 from casebook.report import scaling
 from casebook.report.evidence import DOES_NOT_FIT, Evidence, gather
 
@@ -189,5 +189,5 @@ def test_the_committed_tpu_records_draw_without_overlapping_labels(tmp_path, mon
     for (variant, point), record in ev.time.items():
         if record["timed"] and point in found[0][0].points:
             size = dict(zip(found[0][0].points, found[0][0].sizes, strict=True))[point]
-            assert f"{size} {record['measurement']['median_s'] * 1e3:.3g} ms" in \
+            assert f"{size} {fmt.seconds(record['measurement']['median_s'])}" in \
                 meta["caption"], (variant, point)

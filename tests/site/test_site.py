@@ -425,6 +425,32 @@ def test_the_case_page_opens_with_every_device_timed_result_the_host_times_apart
     assert "WEAK: " in weak and ' fail"' in weak
 
 
+def test_the_glance_table_says_why_a_result_has_no_verdict_and_how_fast_a_baseline_is():
+    """Where every baseline computing the kernel's outputs was not timed at a point (it
+    ran out of the device's memory), the glance table says so instead of a dash; a
+    baseline computing other outputs (forward only, against a backward) is not named. A
+    verdict names its baseline's own fraction of the speed of light where it has one."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    for point in ("big", "p"):
+        ev.verify["v", point] = ev.verify["v", "p"]
+        ev.time["v", point] = ev.time["v", "p"]
+    oom = "does not fit in the device's memory: RESOURCE_EXHAUSTED: 16.75G of 15.75G"
+    ev.baselines["b", "big"] = {"timed": False, "not_timed_reason": oom, "role": "without_work"}
+    ev.baselines["c", "big"] = {"timed": False, "not_timed_reason": oom, "role": "without_work"}
+    ev.baselines["c", "p"] = {**ev.baselines["b", "p"],
+                              "check": {"outputs": {"dq": {}}}}  # computes other outputs
+    compared(ev, np.random.default_rng(1), floor=0.01)
+    rows = re.findall(r"<tr>(.*?)</tr>", page_tables.summary([ev], on_device=True), re.S)[1:]
+    said = {cells[2]: cells[7] for cells in
+            (re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows)}
+    assert said["big"] == "not compared: b: does not fit in the device&#39;s memory"
+    assert said["p"].startswith("FASTER") and said["p"].endswith(" vs b")
+    ev.baselines["b", "p"]["speed_of_light"] = {"fraction": 0.003}  # a baseline's own bound
+    assert page_tables.summary([ev], on_device=True).count(" vs b (itself at 0.3% of SOL)") == 1
+    del ev.baselines["b", "big"]
+    assert page_tables.untimed_baselines(ev, "v", "big") is None
+
+
 def test_the_index_is_one_matrix_of_cases_and_targets(tmp_path, monkeypatch):
     """A row per case, a column per target (cpu first), each cell the hardware linking to
     the target's section and its badges; the TPU's committed records read back."""
