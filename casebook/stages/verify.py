@@ -190,6 +190,18 @@ def progress(line: str) -> None:
     sys.stderr.flush()
 
 
+def host_matmul_rate(n: int = 1024) -> str:
+    """numpy's float64 matmul rate here, in words: the host oracle's speed, which its
+    BLAS threads set (a process whose BLAS was sized for one thread runs it ~10x slower
+    on a 13-core host)."""
+    a = np.ones((n, n))
+    began = time.perf_counter()
+    a @ a
+    rate = 2 * n**3 / max(time.perf_counter() - began, 1e-9) / 1e9
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"numpy float64 matmul at {rate:.0f} GFLOP/s on {cpus} CPU(s) allowed"
+
+
 def tolerance_of(spec: dict[str, Any], params: dict[str, Any], path: object) -> Tolerance:
     """The case's tolerance lookup for the dtype of ``params``."""
     return lambda output: config.tolerance(spec, params["dtype"], output, path)
@@ -222,8 +234,8 @@ def check_point(plugin: Any, variant: str, params: dict[str, Any], spec: dict[st
                          for p in ("check", "time")}
         except contract.NotRunnable as reason:
             runnables, not_run = {}, str(reason)
-        progress(f"{variant}: kernels made in "
-                 f"{time.perf_counter() - began:.1f} s")
+        progress(f"{variant}: kernels made in {time.perf_counter() - began:.1f} s; "
+                 f"{host_matmul_rate()}")
         for purpose, runnable in runnables.items():
             for trial, stream in enumerate(streams):
                 began = time.perf_counter()

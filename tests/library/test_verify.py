@@ -3,6 +3,7 @@ comparison, and a kernel that cannot run on this host."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -141,6 +142,8 @@ def test_each_trial_says_where_its_time_went_as_it_goes(capsys):
     check(plugin(lambda x: {"y": 2 * x}))
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("verify: v: kernels made in ")
+    assert re.search(r"; numpy float64 matmul at \d+ GFLOP/s on \d+ CPU\(s\) allowed$",
+                     lines[0])
     trials = [line for line in lines if line.startswith(("verify: check trial",
                                                          "verify: time trial"))]
     kernels = [line for line in lines if line.startswith("verify: kernel ")]
