@@ -62,15 +62,23 @@ def _verification(ev: Evidence) -> list[dict[str, str]]:
 
 def _versus(ev: Evidence) -> list[dict[str, str]]:
     """Per baseline, at how many points the kernel was FASTER, and the largest speedup
-    whose whole interval clears the host's noise floor (none is printed otherwise)."""
-    by_baseline: dict[str, list[stats.Comparison]] = {}
-    for (_, name, _), c in conditions.comparisons(ev).items():
-        by_baseline.setdefault(name, []).append(c)
+    whose whole interval clears the host's noise floor (none is printed otherwise), with
+    the baseline's own fraction of the speed of light there where it has one (a speedup
+    over a baseline far from its bound says as much about the baseline)."""
+    by_baseline: dict[str, list[tuple[str, stats.Comparison]]] = {}
+    for (_, name, point), c in conditions.comparisons(ev).items():
+        by_baseline.setdefault(name, []).append((point, c))
     found = []
     for name, compared in by_baseline.items():
-        faster = [c for c in compared if c.verdict == stats.FASTER]
-        clear = sorted(c.speedup for c in faster if c.printable)
-        best = f", up to {clear[-1]:.2f}×" if clear else ""
+        faster = [(p, c) for p, c in compared if c.verdict == stats.FASTER]
+        clear = sorted(((c.speedup, p) for p, c in faster if c.printable), key=lambda x: x[0])
+        best = ""
+        if clear:
+            speedup, point = clear[-1]
+            base = ev.baselines.get((name, point))
+            sol = None if base is None else sol_fraction(base)
+            own = "" if sol is None else f" (there {name} runs at {sol:.1%} of SOL)"
+            best = f", up to {speedup:.2f}×{own}"
         found.append(_phrase(f"faster than {name} at {len(faster)} of {len(compared)} "
                              f"points{best}", "ok" if len(faster) == len(compared) else "note"))
     return found
@@ -154,8 +162,11 @@ def badges(ev: Evidence) -> list[dict[str, str]]:
                 if c[1].verdict == stats.FASTER and c[1].printable]
     if compared:
         (variant, name, point), best = max(compared, key=lambda c: c[1].speedup)
+        base = ev.baselines.get((name, point))
+        own = None if base is None else sol_fraction(base)
         found.append({"text": f"{best.speedup:.1f}× faster", "tone": "ok",
-                      "title": f"{variant} against {name} at {point} (paired, FASTER)"})
+                      "title": f"{variant} against {name} at {point} (paired, FASTER)"
+                      + ("" if own is None else f"; {name} there at {own:.1%} of SOL")})
     sol = _sol_best(ev)
     if sol is not None:
         found.append({"text": f"{sol:.0%} of SOL", "tone": "note",

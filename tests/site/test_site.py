@@ -97,6 +97,10 @@ def test_device_status_names_the_gpu_and_the_ratio(tmp_path, monkeypatch, rng):
     *_, versus = texts(ev)
     # 1.4×, the median of 40 paired ratios each ~2% off: 1.30–1.49 is 30 of its sd away
     assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.[34]\d×", versus)
+    ev.baselines["b", "p"]["speed_of_light"] = {"fraction": 0.0031}  # the baseline's own
+    *_, versus = texts(ev)
+    assert re.fullmatch(r"faster than b at 1 of 1 points, up to 1\.[34]\d× "
+                        r"\(there b runs at 0\.3% of SOL\)", versus)
     assert status.hardware(evidence(False, [H200, H200], 1, 1)) == "2× NVIDIA H200"
 
 
@@ -385,6 +389,10 @@ def test_the_index_badges_say_what_the_case_page_says_in_a_few_words():
     assert list(said)[:2] == ["verified 1/1", "device time"]
     assert said["device time"]["title"] == "measured on NVIDIA H200"
     assert said["2.0× faster"]["title"] == "v against b at p (paired, FASTER)"
+    ev.baselines["b", "p"]["speed_of_light"] = {"fraction": 0.21}
+    assert {b["text"]: b for b in status.badges(ev)}["2.0× faster"]["title"] == \
+        "v against b at p (paired, FASTER); b there at 21.0% of SOL"
+    del ev.baselines["b", "p"]["speed_of_light"]
     assert said["42% of SOL"]["tone"] == "note"
     ev.verify["w", "p"] = {**ev.verify["v", "p"], "passed": False}
     ev.verify["x", "p"] = {"ran": False, "not_run_reason": "needs a B200"}
