@@ -123,11 +123,11 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
     }
 
 
-def _whole_outputs(want: dict[str, Any], path: object) -> None:
+def _whole_outputs(want: Any, path: object) -> None:
     """Refuse, naming the outputs, where the oracle answers sampled rows only (a case's
     sizes past its dense oracle): the model outputs and near-miss mutants are whole
     arrays made from the oracle's."""
-    sampled = {name: value for name, value in want.items()
+    sampled = {name: value for name, value in verify.named(want).items()
                if isinstance(value, contract.SampledRows)}
     if sampled:
         rows = ", ".join(f"{name} ({v.rows} of {v.total} rows)" for name, v in sampled.items())
