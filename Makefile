@@ -26,7 +26,8 @@
 #   make tpu-host         what the offline TPU host lacks, in build/tpu-host/ (docs/tpu.md)
 #   make rehearse-tpu     the TPU host rehearsed on this CPU: Python 3.11 with the host's
 #                         packages alone, the bundle installed by benchmarks/tpu_host.sh,
-#                         the window's plan, `snakemake -n` for tpu-v5e, two real jobs
+#                         the window's plan, `snakemake -n` for tpu-v5e, two real jobs,
+#                         a comparison each of cases 03 and 01 for tpu-v5e run on the CPU
 #   make lock             regenerate env/cpu.lock, env/cuda.lock, env/reference.lock and
 #                         env/rehearsal.lock
 #   make clean            remove generated records, figures and the site
@@ -155,7 +156,10 @@ rehearse: gpu-host
 # The TPU host rehearsed on this CPU: a Python 3.11 with only the host's own packages (the
 # lock's pins of them), a copy of the tree with the bundle, benchmarks/tpu_host.sh --dry-run
 # (installs the bundle with --no-index, appended to PYTHONPATH; prints the window's plan),
-# `snakemake -n` for tpu-v5e, and the env and host jobs run for real there (target cpu).
+# `snakemake -n` for tpu-v5e, the env and host jobs run for real there (target cpu), and
+# one comparison each of cases 03 and 01 run there for tpu-v5e on this CPU (the next
+# window's first jobs: their lowerings, verifications, times and baselines in the host's
+# packages; XLA runs on the CPU here).
 TPU_REHEARSAL := build/tpu-rehearsal
 TPU_TREE := $(CURDIR)/$(TPU_REHEARSAL)/tree
 rehearse-tpu: tpu-host
@@ -174,6 +178,11 @@ rehearse-tpu: tpu-host
 		PYTHONPATH=$(TPU_TREE):$(TPU_TREE)/$(TPU_BUNDLE)/site \
 		$(CURDIR)/$(TPU_REHEARSAL)/host/bin/python -m snakemake --cores all --quiet \
 		--config target=cpu -- results/cpu/env.json results/cpu/host.json
+	cd $(TPU_TREE) && PYTHONPATH=$(TPU_TREE):$(TPU_TREE)/$(TPU_BUNDLE)/site \
+		$(CURDIR)/$(TPU_REHEARSAL)/host/bin/python -m snakemake --cores all --quiet \
+		--config target=tpu-v5e --allowed-rules lower verify time baseline compare -- \
+		results/tpu-v5e/grouped_gemm_fp8_bf16/compare/test_small.json \
+		results/tpu-v5e/moe_nvfp4/compare/e2_m128_h256_i256.json
 
 lock: env
 	$(BIN)/uv pip compile env/cpu.in --generate-hashes --no-header --python-version 3.11 \

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import contract
+from kernels import cuda_toolkit as toolkit
 from kernels.grouped_gemm_fp8_bf16 import compile_port, sass, schedule, upstream
 from kernels.grouped_gemm_fp8_bf16.problems import GroupedProblem
 
@@ -28,6 +29,15 @@ def _artifact(kind: str, seconds: float, facts: dict[str, Any]) -> dict[str, Any
                          f"{schedule.SMEM_LIMIT_BYTES}-byte limit")
     return {"target": CUDA_TARGET, "kind": kind, "seconds": seconds,
             "facts": {**facts, "smem_limit_bytes": schedule.SMEM_LIMIT_BYTES}}
+
+
+def _sass(binary: Path, name_contains: str) -> dict[str, Any]:
+    """``sass``: the kernel's SASS facts (``sass.read``), or ``sass_not_read`` where this
+    host has no cuobjdump (a binary carried, or built by a host nvcc without the CUDA
+    wheels): the build stands, its side-by-side rows are left out."""
+    if toolkit.tool("cuobjdump") is None:
+        return {"sass_not_read": f"no cuobjdump on this host to disassemble {binary.name}"}
+    return {"sass": sass.read(binary, name_contains)}
 
 
 def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, Any]:
@@ -48,8 +58,7 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
             + (" (reused: compiled once for every point of its mode, from these very sources)"
                if facts.get("reused") else ""),
             facts["compile_seconds"],
-            {**facts, "tiles": tiles,
-             "sass": sass.read(Path(facts["cubin"]), compile_port.KERNEL_NAME)})]}
+            {**facts, "tiles": tiles, **_sass(Path(facts["cubin"]), compile_port.KERNEL_NAME)})]}
     built = upstream.build(build_dir)
     if not built["built"]:
         return {"artifacts": [], "not_built": built["reason"]}
@@ -59,6 +68,5 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
         built["compile_seconds"],
         {**built["kernels"][problem.mode], "mode": problem.mode, "nvcc": built["nvcc"],
          "cached": built["cached"], "binary": built["binary"], "library": built["library"],
-         "tiles": tiles,
-         "sass": sass.read(Path(built["binary"]), upstream.KERNEL_NAMES[problem.mode])})]}
+         "tiles": tiles, **_sass(Path(built["binary"]), upstream.KERNEL_NAMES[problem.mode])})]}
 
