@@ -34,7 +34,7 @@ def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str
     return records.write(out, "check_power", {
         "target": target, "case": case, "point": point, "params": job.params,
         "sources_sha256": provenance.job_sha256(job.spec, point=point),
-        **measure(job.plugin, job.params, job.spec, job.path)})
+        **measure(job.plugin, job.params, job.spec, job.path, point)})
 
 
 def _check(plugin, params, inputs, want, tolerance, output, value, correct,
@@ -73,7 +73,7 @@ def _both(plugin, params, inputs, want, tolerance, output, value, correct
 
 
 def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
-            path: object) -> dict[str, Any]:
+            path: object, point: str = "this point") -> dict[str, Any]:
     """The body of a check_power record: controls, mutants and the bias detected, each
     check made as for a kernel whose outputs were poisoned and for one whose were not."""
     tolerance = verify.tolerance_of(spec, params, path)
@@ -88,7 +88,7 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
     for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
         inputs = plugin.make_inputs(params, np.random.default_rng(stream))
         want = plugin.oracle(params, inputs)
-        _whole_outputs(want, path)
+        _whole_outputs(want, path, point)
         correct = plugin.model_outputs(params, inputs, want)
         for output, value in correct.items():
             for mode, check in _both(plugin, params, inputs, want, tolerance, output,
@@ -123,7 +123,7 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
     }
 
 
-def _whole_outputs(want: Any, path: object) -> None:
+def _whole_outputs(want: Any, path: object, point: str) -> None:
     """Refuse, naming the outputs, where the oracle answers sampled rows only (a case's
     sizes past its dense oracle): the model outputs and near-miss mutants are whole
     arrays made from the oracle's."""
@@ -132,7 +132,7 @@ def _whole_outputs(want: Any, path: object) -> None:
     if sampled:
         rows = ", ".join(f"{name} ({v.rows} of {v.total} rows)" for name, v in sampled.items())
         raise CasebookError(path, "points", f"check power needs the oracle's whole outputs; "
-                            f"at this point it answers sampled rows only: {rows}")
+                            f"at {point} it answers sampled rows only: {rows}")
 
 
 def _summary(check: dict[str, Any]) -> dict[str, Any]:

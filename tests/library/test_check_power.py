@@ -177,5 +177,6 @@ def test_a_point_whose_oracle_answers_sampled_rows_is_refused_by_name():
     case.oracle = lambda params, inputs: {"y": contract.SampledRows(
         (params["n"],), (np.arange(4),), lambda: 2 * inputs["x"][:4], seed=1)}
     with pytest.raises(CasebookError, match=r"toy\.yaml: points: check power needs the "
-                       r"oracle's whole outputs; .*: y \(4 of 64 rows\)"):
-        check_power.measure(case, PARAMS, SPEC, "toy.yaml")
+                       r"oracle's whole outputs; at big it answers sampled rows only: "
+                       r"y \(4 of 64 rows\)"):
+        check_power.measure(case, PARAMS, SPEC, "toy.yaml", "big")
