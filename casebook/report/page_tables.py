@@ -16,7 +16,7 @@ from pandas.io.formats.style import Styler
 from casebook.core import fmt, paths
 from casebook.measure.clocks import times_on_host
 from casebook.report import conditions, evidence, history, status
-from casebook.report.evidence import Evidence
+from casebook.report.evidence import DOES_NOT_FIT, Evidence
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
 
@@ -115,14 +115,16 @@ def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
 def untimed_baselines(ev: Evidence, variant: str, point: str) -> str | None:
     """Why ``variant`` at ``point`` has no verdict against baselines that compute its
     outputs (what a baseline computes read from its checks at any point): those not
-    timed there, grouped by reason; None when there are none."""
+    timed there, grouped by reason (XLA's own out-of-memory line left to the record);
+    None when there are none."""
     computes = _outputs(ev.verify.get((variant, point), {}).get("checks", []))
     known = {name: _outputs([record["check"]]) for (name, _), record in ev.baselines.items()
              if "check" in record}
     why: dict[str, list[str]] = {}
     for (name, at), record in ev.baselines.items():
         if at == point and not record["timed"] and known.get(name) == computes:
-            reason = record.get("not_timed_reason", "not timed").split(":", 1)[0]
+            reason = record.get("not_timed_reason", "not timed")
+            reason = DOES_NOT_FIT if reason.startswith(DOES_NOT_FIT) else reason  # XLA's line
             why.setdefault(reason, []).append(name)
     return "; ".join(f"not compared: {', '.join(names)}: {reason}" for reason, names in why.items()
                      ) or None

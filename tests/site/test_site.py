@@ -452,6 +452,10 @@ def test_the_glance_table_says_why_a_result_has_no_verdict_and_how_fast_a_baseli
     said = {cells[2]: cells[7] for cells in
             (re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows)}
     assert said["big"] == "not compared: b: does not fit in the device&#39;s memory"
+    ev.baselines["b", "big"]["not_timed_reason"] = "not run here: b has no soft cap"
+    assert page_tables.untimed_baselines(ev, "v", "big") == \
+        "not compared: b: not run here: b has no soft cap"
+    ev.baselines["b", "big"]["not_timed_reason"] = oom
     assert said["p"].startswith("FASTER") and said["p"].endswith(" vs b")
     ev.baselines["b", "p"]["speed_of_light"] = {"fraction": 0.003}  # a baseline's own bound
     assert page_tables.summary([ev], on_device=True).count(" vs b (itself at 0.3% of SOL)") == 1
