@@ -52,6 +52,12 @@ def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu",
         del case["autotune"]["tpu_variants"]
     if not case["autotune"]["variants"]:
         del case["autotune"]
+    case["across_chips"] = [
+        {**pair, "port": [v for v in pair["port"] if v in variants]}
+        for pair in case["across_chips"]
+        if pair["reference"] in variants and any(v in variants for v in pair["port"])]
+    if not case["across_chips"]:
+        del case["across_chips"]
     case["verify"]["trials"] = 1
     for tol in case["tolerances"].values():
         for one in ([tol] if "atol" in tol else tol.values()):  # one, or one per output

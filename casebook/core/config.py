@@ -196,6 +196,14 @@ def load_case(case_dir: str | Path, name: str) -> dict[str, Any]:
                                     f"no variant named {contrast[key]!r}")
         if contrast["variant"] == contrast["against"]:
             raise CasebookError(path, f"contrasts.{i}.against", "a variant against itself")
+    for i, chips in enumerate(case.get("across_chips", [])):
+        for j, variant in enumerate([chips["reference"], *chips["port"]]):
+            if variant not in variants:
+                key = "reference" if j == 0 else f"port.{j - 1}"
+                raise CasebookError(path, f"across_chips.{i}.{key}",
+                                    f"no variant named {variant!r}")
+        if chips["reference"] in chips["port"]:
+            raise CasebookError(path, f"across_chips.{i}.port", "the reference against itself")
     pair = case.get("side_by_side")
     for key in ("variant", "against") if pair else ():
         if pair[key] not in variants:

@@ -122,7 +122,7 @@ def kernel_sources_sha256(case: str) -> str:
 
 # Case-config keys only the pages read: editing them reruns no measurement.
 PRESENTATION_KEYS = ("title", "summary", "notice", "numerics_notes", "randomized_checks",
-                     "target", "contrasts")
+                     "target", "contrasts", "across_chips")
 
 
 def job_slice(spec: dict[str, Any], variant: str | None = None, point: str | None = None,

@@ -169,6 +169,47 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
     return _html(rows, failed, "summary-device" if on_device else "summary-host")
 
 
+def _device_sol(evs: list[Evidence], variant: str, point: str) -> dict[str, str]:
+    """``variant`` at ``point`` on each target that device-timed it with a fraction of the
+    speed of light: target -> in words."""
+    found = {}
+    for ev in evs:
+        record = ev.time.get((variant, point))
+        sol = None if record is None else status.sol_fraction(record)
+        if sol is not None:
+            median = fmt.seconds(record["measurement"]["median_s"])
+            found[ev.target] = f"{variant} on {ev.target}: {median}, {sol:.1%} of SOL"
+    return found
+
+
+def across_chips(evs: list[Evidence], spec: dict[str, Any]) -> dict[str, str] | None:
+    """The reference and the port on their own chips (the case's ``across_chips``), by
+    fraction of each chip's speed of light at every point both were device-timed at:
+    ``table``, or ``none`` saying where each side was timed; None where the case sets no
+    such pairs."""
+    if not spec.get("across_chips"):
+        return None
+    points = [p["name"] for p in (*spec["points"], *spec.get("build_only_points", []))]
+    rows, timed = [], {}
+    for chips in spec["across_chips"]:
+        variants = (chips["reference"], *chips["port"])
+        found = {(v, point): _device_sol(evs, v, point) for v in variants for point in points}
+        for (variant, point), said in found.items():  # the reference first
+            for target in said:
+                timed.setdefault(f"{variant} on {target}", []).append(point)
+        for point in points:
+            reference = list(found[chips["reference"], point].values())
+            port = [text for v in chips["port"] for text in found[v, point].values()]
+            if reference and port:
+                rows.append({"point": point, "reference": "; ".join(reference),
+                             "port": "; ".join(port)})
+    if rows:
+        return {"table": _html(rows, [False] * len(rows), "across-chips")}
+    where = "; ".join(f"{name} at {', '.join(at)}" for name, at in timed.items()) or "none"
+    return {"none": "No problem has both the reference and the port device-timed with a "
+                    f"fraction of the speed of light yet. Device-timed so: {where}."}
+
+
 def comparisons(ev: Evidence) -> str:
     rows = [{"kernel": variant, "baseline": name, "point": point, "verdict": c.verdict,
              "baseline / kernel": conditions.comparison_text(c)}

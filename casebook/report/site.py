@@ -250,7 +250,8 @@ def case_page(case_dir: str, case: str, targets: list[str], measured: Collection
         evs = [ev for _, ev in made]
         unrun = never_run(evs)
         glance = {"device": page_tables.summary(evs, on_device=True),
-                  "host": page_tables.summary(evs, on_device=False)}
+                  "host": page_tables.summary(evs, on_device=False),
+                  "across_chips": page_tables.across_chips(evs, spec)}
     except CasebookError as failure:
         shutil.rmtree(root, ignore_errors=True)  # figures and records copied so far
         error = str(failure)
