@@ -205,9 +205,12 @@ def across_chips(evs: list[Evidence], spec: dict[str, Any]) -> dict[str, str] | 
                              "port": "; ".join(port)})
     if rows:
         return {"table": _html(rows, [False] * len(rows), "across-chips")}
-    where = "; ".join(f"{name} at {', '.join(at)}" for name, at in timed.items()) or "none"
+    where = [f"{name} at {', '.join(at)}" for name, at in timed.items()]
+    untimed = [v for chips in spec["across_chips"] for v in (chips["reference"], *chips["port"])
+               if not any(name.startswith(f"{v} on ") for name in timed)]
+    where += [f"{', '.join(untimed)} at none"] if untimed else []
     return {"none": "No problem has both the reference and the port device-timed with a "
-                    f"fraction of the speed of light yet. Device-timed so: {where}."}
+                    f"fraction of the speed of light yet. Device-timed so: {'; '.join(where)}."}
 
 
 def comparisons(ev: Evidence) -> str:

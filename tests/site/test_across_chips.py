@@ -47,7 +47,7 @@ def test_without_a_common_problem_the_page_says_where_each_side_was_timed():
     said = page_tables.across_chips([tpu, gpu], SPEC)
     assert said == {"none": "No problem has both the reference and the port device-timed "
                             "with a fraction of the speed of light yet. Device-timed so: "
-                            "ref on tpu-v5e at big; port on h200 at q."}
+                            "ref on tpu-v5e at big; port on h200 at q; port_tiles at none."}
     assert page_tables.across_chips([tpu, gpu], {**SPEC, "across_chips": []}) is None
 
 
