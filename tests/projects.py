@@ -28,6 +28,18 @@ MEASUREMENT = {"warmup_calls": 1, "criterion": "median_precision", "target": 0.0
 SEED = 20261205
 
 
+def cases_with(tmp_path: Path, case: str, key: str, value: object) -> Path:
+    """A copy of configs/cases under ``tmp_path`` whose ``case`` sets ``key`` to ``value``:
+    the folder to load it from."""
+    cases = tmp_path / "cases"
+    shutil.copytree(paths.SOURCE_ROOT / "configs" / "cases", cases)
+    path = cases / f"{case}.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec[key] = value
+    path.write_text(yaml.safe_dump(spec))
+    return cases
+
+
 def run_env() -> dict[str, str]:
     """The environment a test's workflow run gets: this one, with the recorded SEED."""
     return {**os.environ, verify.SEED_VARIABLE: str(SEED)}

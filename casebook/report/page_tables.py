@@ -17,6 +17,7 @@ from casebook.core import fmt, paths
 from casebook.measure.clocks import times_on_host
 from casebook.report import conditions, evidence, history, status
 from casebook.report.evidence import DOES_NOT_FIT, Evidence
+from casebook.stages.timing import computed_outputs
 
 Href = Callable[[str], str | None]  # a file under results/ -> its link, or None
 
@@ -108,17 +109,13 @@ def _power_text(ev: Evidence, variant: str, point: str) -> str:
     return f"WEAK: {power['why']}" if power["weak"] else "every mutant caught"
 
 
-def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
-    return frozenset(name for check in checks for name in check.get("outputs", {}))
-
-
 def untimed_baselines(ev: Evidence, variant: str, point: str) -> str | None:
     """Why ``variant`` at ``point`` has no verdict against baselines that compute its
     outputs (what a baseline computes read from its checks at any point): those not
     timed there, grouped by reason (XLA's own out-of-memory line left to the record);
     None when there are none."""
-    computes = _outputs(ev.verify.get((variant, point), {}).get("checks", []))
-    known = {name: _outputs([record["check"]]) for (name, _), record in ev.baselines.items()
+    computes = computed_outputs(ev.verify.get((variant, point), {}).get("checks", []))
+    known = {name: computed_outputs([record["check"]]) for (name, _), record in ev.baselines.items()
              if "check" in record}
     why: dict[str, list[str]] = {}
     for (name, at), record in ev.baselines.items():
@@ -143,8 +140,7 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
         for (variant, name, point), c in conditions.comparisons(ev).items():
             ratio = (f" {c.speedup:.2f}× [{c.low:.2f}, {c.high:.2f}]" if c.printable
                      else "")
-            base = ev.baselines.get((name, point))
-            sol = None if base is None else status.sol_fraction(base)
+            sol = status.baseline_sol(ev, name, point)
             own = "" if sol is None else f" (itself at {sol:.1%} of SOL)"
             verdicts.setdefault((variant, point), []).append(
                 f"{c.verdict}{ratio} vs {name}{own}")

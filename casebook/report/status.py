@@ -75,8 +75,7 @@ def _versus(ev: Evidence) -> list[dict[str, str]]:
         best = ""
         if clear:
             speedup, point = clear[-1]
-            base = ev.baselines.get((name, point))
-            sol = None if base is None else sol_fraction(base)
+            sol = baseline_sol(ev, name, point)
             own = "" if sol is None else f" (there {name} runs at {sol:.1%} of SOL)"
             best = f", up to {speedup:.2f}×{own}"
         found.append(_phrase(f"faster than {name} at {len(faster)} of {len(compared)} "
@@ -122,6 +121,12 @@ def sol_fraction(record: dict) -> float | None:
     return (record.get("speed_of_light") or {}).get("fraction")
 
 
+def baseline_sol(ev: Evidence, name: str, point: str) -> float | None:
+    """Baseline ``name``'s own fraction of the speed of light at ``point``, where it has one."""
+    record = ev.baselines.get((name, point))
+    return None if record is None else sol_fraction(record)
+
+
 def _sol_best(ev: Evidence) -> float | None:
     """The largest fraction of the speed of light a timed device record reached."""
     return max((f for f in map(sol_fraction, ev.time.values()) if f is not None),
@@ -162,8 +167,7 @@ def badges(ev: Evidence) -> list[dict[str, str]]:
                 if c[1].verdict == stats.FASTER and c[1].printable]
     if compared:
         (variant, name, point), best = max(compared, key=lambda c: c[1].speedup)
-        base = ev.baselines.get((name, point))
-        own = None if base is None else sol_fraction(base)
+        own = baseline_sol(ev, name, point)
         found.append({"text": f"{best.speedup:.1f}× faster", "tone": "ok",
                       "title": f"{variant} against {name} at {point} (paired, FASTER)"
                       + ("" if own is None else f"; {name} there at {own:.1%} of SOL")})

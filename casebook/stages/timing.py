@@ -189,7 +189,7 @@ def out_of_memory(error: BaseException) -> bool:
     return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
 
 
-def _outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
+def computed_outputs(checks: list[dict[str, Any]]) -> frozenset[str]:
     """The named outputs a kernel or baseline was checked on (what it computes)."""
     return frozenset(name for check in checks for name in check.get("outputs", {}))
 
@@ -206,9 +206,9 @@ def comparable(times: dict[str, dict[str, Any]], verified: dict[str, dict[str, A
     for variant, record in times.items():
         if not record["timed"]:
             continue
-        computes = _outputs(verified[variant]["checks"])
+        computes = computed_outputs(verified[variant]["checks"])
         for name, base in baselines.items():
-            if not base["timed"] or _outputs([base["check"]]) != computes:
+            if not base["timed"] or computed_outputs([base["check"]]) != computes:
                 continue
             kinds = (evidence.subject(record["execution"], gpus),
                      evidence.subject(base["execution"], gpus))

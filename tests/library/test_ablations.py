@@ -4,14 +4,11 @@ it computes a wrong result on purpose), and drawn on a "where the time goes" fig
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import yaml
 
 import kernels.splash_attention as splash
 from casebook.core import config
@@ -21,19 +18,10 @@ from casebook.stages import verify
 from kernels.moe_nvfp4 import ablations as moe_ablations
 from kernels.moe_nvfp4 import mgpu_quantize, numerics, port
 from kernels.splash_attention import ablations, masks, oracle_f64
+from tests.projects import cases_with
 
 SPLASH = config.load_case("configs/cases", "splash_attention")
 POINT = {**SPLASH["points"][0]["params"], "heads_q": 1, "heads_kv": 1}  # two warpgroups
-
-
-def _case_with(tmp_path: Path, case: str, entries: list[dict]) -> Path:
-    cases = tmp_path / "cases"
-    shutil.copytree("configs/cases", cases)
-    path = cases / f"{case}.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["ablations"] = entries
-    path.write_text(yaml.safe_dump(spec))
-    return cases
 
 
 @pytest.mark.parametrize(("case", "entry", "key", "why"), [
@@ -52,7 +40,7 @@ def test_a_config_ablation_is_one_the_plugin_has_of_the_variant_it_says(
     spec = config.load_case("configs/cases", case)
     if case == "grouped_gemm_fp8_bf16":
         entry = {**entry, "of": spec["variants"][0]["name"]}
-    cases = _case_with(tmp_path, case, [{"switches_off": "a part", "description": "d",
+    cases = cases_with(tmp_path, case, "ablations", [{"switches_off": "a part", "description": "d",
                                          **entry}])
     with pytest.raises(CasebookError, match=f"{key}: .*{why}"):
         config.load_case(cases, case)

@@ -4,29 +4,17 @@ intermediate tensors each moves through memory."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
 from casebook.core import config
 from casebook.core.errors import CasebookError
 from casebook.report import figures
 from kernels.moe_nvfp4 import port
+from tests.projects import cases_with
 
 SPEC = config.load_case("configs/cases", "moe_nvfp4")
-
-
-def _case_with(tmp_path: Path, contrasts: list[dict]) -> Path:
-    cases = tmp_path / "cases"
-    shutil.copytree("configs/cases", cases)
-    path = cases / "moe_nvfp4.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["contrasts"] = contrasts
-    path.write_text(yaml.safe_dump(spec))
-    return cases
 
 
 @pytest.mark.parametrize(("contrast", "key", "why"), [
@@ -35,7 +23,8 @@ def _case_with(tmp_path: Path, contrasts: list[dict]) -> Path:
     ({"variant": "moe_fused", "against": "moe_fused"}, "contrasts.0.against",
      "a variant against itself")])
 def test_a_contrast_names_two_distinct_variants_of_the_case(tmp_path, contrast, key, why):
-    cases = _case_with(tmp_path, [{"name": "fusion", "title": "t", **contrast}])
+    cases = cases_with(tmp_path, "moe_nvfp4", "contrasts",
+                       [{"name": "fusion", "title": "t", **contrast}])
     with pytest.raises(CasebookError, match=f"{key}: {why}"):
         config.load_case(cases, "moe_nvfp4")
 

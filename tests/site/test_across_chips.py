@@ -4,16 +4,13 @@ never by time; the case config names real, distinct variants."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
-import yaml
 
 from casebook.core import config, provenance
 from casebook.core.errors import CasebookError
 from casebook.report import page_tables
 from casebook.report.evidence import Evidence
+from tests.projects import cases_with
 
 SPEC = {"points": [{"name": "p"}, {"name": "q"}], "build_only_points": [{"name": "big"}],
         "across_chips": [{"reference": "ref", "port": ["port", "port_tiles"]}]}
@@ -51,16 +48,6 @@ def test_without_a_common_problem_the_page_says_where_each_side_was_timed():
     assert page_tables.across_chips([tpu, gpu], {**SPEC, "across_chips": []}) is None
 
 
-def _case_with(tmp_path: Path, pairs: list[dict]) -> Path:
-    cases = tmp_path / "cases"
-    shutil.copytree("configs/cases", cases)
-    path = cases / "splash_attention.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["across_chips"] = pairs
-    path.write_text(yaml.safe_dump(spec))
-    return cases
-
-
 @pytest.mark.parametrize(("pair", "key", "why"), [
     ({"reference": "upstrem", "port": ["mgpu"]}, "across_chips.0.reference",
      "no variant named 'upstrem'"),
@@ -70,7 +57,8 @@ def _case_with(tmp_path: Path, pairs: list[dict]) -> Path:
      "the reference against itself")])
 def test_a_pair_names_real_distinct_variants(tmp_path, pair, key, why):
     with pytest.raises(CasebookError, match=f"{key}: {why}"):
-        config.load_case(_case_with(tmp_path, [pair]), "splash_attention")
+        config.load_case(cases_with(tmp_path, "splash_attention", "across_chips", [pair]),
+                         "splash_attention")
 
 
 def test_the_pairs_are_presentation_no_record_goes_stale_for_them(tmp_path):
