@@ -59,6 +59,10 @@ def build(variant: str, problem: GroupedProblem, build_dir: str) -> dict[str, An
                if facts.get("reused") else ""),
             facts["compile_seconds"],
             {**facts, "tiles": tiles, **_sass(Path(facts["cubin"]), compile_port.KERNEL_NAME)})]}
+    if os.environ.get(contract.TARGET_PLATFORM) == "tpu" and toolkit.CUDA_ROOT is None:
+        return {"artifacts": [], "not_built": "the CUDA toolchain is not carried to a TPU "
+                "host: example 69 is compiled by nvcc on a CPU or GPU host (their build "
+                "records)"}
     built = upstream.build(build_dir)
     if not built["built"]:
         return {"artifacts": [], "not_built": built["reason"]}

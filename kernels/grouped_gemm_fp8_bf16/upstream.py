@@ -135,12 +135,14 @@ def _built_by_another_nvcc(build_dir: str) -> dict | None:
 def compile_commands(nvcc: Path, folder: Path) -> list[list[str | Path]]:
     """Compile the harness once (position-independent), then link it twice: the
     executable (files in, D out; --resources) and libex69.so (the launch on device
-    buffers and a stream, for timing)."""
-    obj, lib_dir = folder / "ex69_harness.o", f"-L{toolkit.CUDA_ROOT / 'lib'}"
+    buffers and a stream, for timing). The pinned wheels' cudart where they are installed;
+    a host nvcc without them links its own toolkit's."""
+    obj = folder / "ex69_harness.o"
+    lib_dir = [f"-L{toolkit.CUDA_ROOT / 'lib'}"] if toolkit.CUDA_ROOT else []
     return [[nvcc, *FLAGS, *PIC, *(f"-I{CUTLASS_SOURCE / d}" for d in INCLUDES),
              "-c", HARNESS, "-o", obj],
-            [nvcc, *LINK_FLAGS, lib_dir, obj, "-o", folder / "ex69_harness"],
-            [nvcc, *LINK_FLAGS, "-shared", lib_dir, obj, "-o", folder / "libex69.so"]]
+            [nvcc, *LINK_FLAGS, *lib_dir, obj, "-o", folder / "ex69_harness"],
+            [nvcc, *LINK_FLAGS, "-shared", *lib_dir, obj, "-o", folder / "libex69.so"]]
 
 
 @functools.cache
