@@ -724,14 +724,14 @@ def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatc
     assert dropped() == ["time/v/p.json"]  # another pick
 
 
-def test_the_tpu_plans_measure_cases_03_and_01_before_case_02():
-    """Cases 03 and 01 (a few minutes) come before case 02's measurements, whose last
+def test_the_tpu_plans_measure_cases_01_and_03_before_case_02():
+    """Cases 01 and 03 (a few minutes) come before case 02's measurements, whose last
     point holds the chip most of a window, each step taking the rest; the dry run lists
     each of their comparisons."""
     for plan in ("configs/tpu-window.yaml", "configs/tpu-window-short.yaml"):
         steps = gpu_window.load(paths.SOURCE_ROOT / plan)["steps"]
         assert [s.get("case") for s in steps] == [
-            None, "splash_attention", "grouped_gemm_fp8_bf16", "moe_nvfp4", "splash_attention"]
+            None, "splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16", "splash_attention"]
         done = subprocess.run([sys.executable, "-m", "casebook.hosts.gpu_window", "--plan", plan,
                                "--target", "tpu-v5e", "--dry-run"], cwd=paths.SOURCE_ROOT,
                               capture_output=True, text=True)
