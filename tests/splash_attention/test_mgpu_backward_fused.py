@@ -57,7 +57,8 @@ def run_and_check(interp, rng, mask, q, k, v, *, partitions, seg=None, cap=None)
     assert not mgpu_interpret.races_found(), "the interpreter's race detector reported a race"
     want = oracle_vjp.gradients(q, k, v, do, dense(mask), soft_cap=cap,
                                 segment_ids=None if seg is None else (seg.q, seg.kv))
-    results = check_gradients(got, want, q.dtype.name)
+    results = check_gradients(got, want, {"q": q, "k": k, "v": v, "do": do}, dense(mask),
+                              seg=seg, cap=cap)
     assert all(r["passed"] for r in results.values()), results
 
 

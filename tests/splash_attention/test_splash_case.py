@@ -26,9 +26,6 @@ POINTS = {
     "gqa_local_bf16": {"heads_q": 4, "heads_kv": 2, "seq_len": 384, "head_dim": 64,
                        "mask": {"kind": "local", "window": [100, 20]}, "dtype": "bfloat16"},
 }
-# The case config's tolerances (their reasons are there).
-TOL = {dtype: config.shipped_tolerance("splash_attention", dtype, "out")
-       for dtype in ("float32", "float16", "bfloat16")}
 PORT_POINTS = {
     "mha_causal_f16": {**POINTS["mha_causal_f32"], "dtype": "float16"},
     "gqa_local_bf16": POINTS["gqa_local_bf16"],
@@ -41,6 +38,14 @@ def run(runnable, inputs):
     return runnable.fetch(runnable.call(*runnable.prepare(inputs)))
 
 
+def check(params, inputs, got, want, output="out"):
+    """The case's own check: each element within its bound, plus the shipped atol and
+    rtol (the output's rounding)."""
+    atol, rtol = config.shipped_tolerance("splash_attention", params["dtype"], output)
+    return splash.compare(params, inputs, output, np.asarray(got), want,
+                          {"atol": atol, "rtol": rtol})
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("purpose", ["check", "time"])
 @pytest.mark.parametrize("name", sorted(POINTS))
@@ -49,8 +54,7 @@ def test_upstream_kernel_matches_the_oracle(rng, name, purpose):
     inputs = splash.make_inputs(params, rng)
     splash.reset()
     out = run(splash.kernel("upstream", params, purpose), inputs)
-    atol, rtol = TOL[params["dtype"]]
-    result = compare(out, splash.oracle(params, inputs)["out"], atol, rtol)
+    result = check(params, inputs, out, splash.oracle(params, inputs)["out"])
     assert result["passed"], result
     assert not splash.races_found()
 
@@ -68,8 +72,7 @@ def test_port_runs_through_the_plugin_and_matches_the_oracle(rng, name, variant,
     assert "Mosaic GPU interpret mode" in runnable.execution["mode"]
     assert runnable.execution["race_detection"] == (purpose == "check")
     out = run(runnable, inputs)
-    atol, rtol = TOL[params["dtype"]]
-    result = compare(out, splash.oracle(params, inputs)["out"], atol, rtol)
+    result = check(params, inputs, out, splash.oracle(params, inputs)["out"])
     assert result["passed"], result
     assert not splash.races_found()
 
@@ -87,8 +90,7 @@ def test_backward_variants_return_gradients_that_match_the_oracle(rng, name, var
     want = splash.oracle(params, inputs)
     assert sorted(got) == ["dk", "dq", "dv"]
     for output, value in got.items():
-        result = compare(value, want[output],
-                         *config.shipped_tolerance("splash_attention", params["dtype"], output))
+        result = check(params, inputs, value, want[output], output)
         assert result["passed"], (output, result)
     assert not splash.races_found()
 
@@ -102,9 +104,9 @@ def test_segment_ids_and_soft_cap_as_point_params(rng, variant):
     splash.reset()
     out = run(splash.kernel(variant, PACKED, "check"), inputs)
     want = splash.oracle(PACKED, inputs)["out"]
-    assert compare(out, want, *TOL["float16"])["passed"]
+    assert check(PACKED, inputs, out, want)["passed"]
     plain = splash.oracle({**PACKED, "segments": None, "soft_cap": None}, inputs)["out"]
-    assert not compare(plain, want, *TOL["float16"])["passed"]
+    assert not check(PACKED, inputs, plain, want)["passed"]
     assert not splash.races_found()
 
 
@@ -169,8 +171,7 @@ def test_cudnn_attention_asks_jax_for_cudnn_on_a_gpu(monkeypatch, rng):
     got = run(runnable, inputs)
     assert calls[-1]["implementation"] == "cudnn"
     assert calls[-1]["local_window_size"] == (100, 0) and not calls[-1]["is_causal"]
-    atol, rtol = TOL["bfloat16"]
-    assert compare(got, splash.oracle(params, inputs)["out"], atol, rtol)["passed"]
+    assert check(params, inputs, got, splash.oracle(params, inputs)["out"])["passed"]
 
 
 @pytest.mark.timeout(120)
@@ -182,9 +183,9 @@ def test_cudnn_attention_asks_jax_for_cudnn_on_a_gpu(monkeypatch, rng):
 def test_baselines_match_the_oracle(rng, name, baseline):
     params = {**POINTS, **PORT_POINTS, "packed": PACKED}[name]
     inputs = splash.make_inputs(params, rng)
-    atol, rtol = TOL[params["dtype"]]
-    assert compare(run(splash.baseline(baseline, params), inputs),
-                   splash.oracle(params, inputs)["out"], atol, rtol)["passed"]
+    found = check(params, inputs, run(splash.baseline(baseline, params), inputs),
+                  splash.oracle(params, inputs)["out"])
+    assert found["passed"], found
 
 
 @pytest.mark.timeout(120)

@@ -1,8 +1,9 @@
 """Case 02's check power: splash attention's near-miss mutants through verify's own check
 (``casebook.stages.check_power``) at every configured point.
 
-The tolerances are upstream's; whether they catch a 1% bias is what the check_power
-record reports, so only the gross mutants are asserted caught here. The measured
+The check is each element within the bound a correct execution keeps to
+(kernels/splash_attention/bounds.py), so every mutant must be caught, and a uniform bias
+of at most POWER of the output's RMS, at every point, on fresh inputs. The measured
 worst_error_over_tolerance of every mutant is printed (``pytest -s``).
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from casebook.core import cases, config
-from casebook.stages import check_power, verify
+from casebook.stages import check_power
 from kernels.splash_attention import masks, near_misses, oracle_vjp
 
 pytestmark = pytest.mark.host_rehearsal
@@ -28,24 +29,17 @@ SOFT_CAP_ONLY = {("out", "soft_cap_dropped"), ("dk", "soft_cap_derivative_droppe
 PARTIAL_BLOCK_ONLY = {("out", "partial_block_as_full")}  # causal and local masks
 GQA_ONLY = {("out", "kv_heads_interleaved")}  # 1 < heads_kv < heads_q
 SEGMENTS_ONLY = {("out", "segment_boundary_dropped")}
-# Caught by a wide margin (worst error ≥ ~5× the tolerance); the rest are reported only.
-GROSS = {("out", "partial_block_as_full"), ("out", "last_kv_block_skipped"),
-         ("out", "soft_cap_dropped"), ("dq", "one_head_zeroed"),
-         ("dk", "soft_cap_derivative_dropped"), ("out", "kv_heads_interleaved"),
-         ("out", "next_key_seen"), ("out", "segment_boundary_dropped")}
+# Issue 43's target: the smallest uniform bias detected, as a fraction of the RMS. Measured
+# 4e-6 to 1.9e-3 over the four points (docs/splash-bounds.md): a margin of 2.6× or more.
+POWER = 0.005
 
 splash = cases.load(CASE)
-SEED = 20261205
 
 
 @pytest.fixture(scope="module", params=sorted(POINTS))
 def measured(request):
     name = request.param
-    # A recorded seed: which mutants a draw catches, and how small a bias, are the record's
-    # measurements, not bounds (a gross mutant's margin is ~5×, not a proof).
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(verify.SEED_VARIABLE, str(SEED))
-        found = check_power.measure(splash, POINTS[name], SPEC, PATH)
+    found = check_power.measure(splash, POINTS[name], SPEC, PATH)  # fresh inputs
     print(f"\n{name} (seed {found['seed']}): caught {found['caught']} of "
           f"{found['applicable']}; smallest bias detected "
           + ", ".join(f"{o} {b:.3g}" if b is not None else f"{o} none"
@@ -65,7 +59,7 @@ def test_controls_pass(measured):
         assert control["passed"], (name, output, control)
         assert len(control["trials"]) == SPEC["verify"]["trials"]
     for output, fraction in found["smallest_bias_detected"].items():
-        assert fraction is not None, (name, output)  # a 100% bias is always caught
+        assert fraction is not None and fraction <= POWER, (name, output, fraction)
 
 
 def test_mutants_apply_where_they_should(measured):
@@ -88,12 +82,12 @@ def test_mutants_apply_where_they_should(measured):
     assert found["applicable"] == sum(r["applicable"] for r in rows.values())
 
 
-def test_gross_mutants_are_caught(measured):
+def test_every_mutant_is_caught(measured):
     name, found = measured
     for row in found["mutants"]:
-        if (row["output"], row["name"]) in GROSS and row["applicable"]:
+        if row["applicable"]:
             assert row["caught"], (name, row)
-            assert all(t["worst_error_over_tolerance"] > 2 for t in row["trials"]), row
+            assert all(t["worst_error_over_tolerance"] > 1 for t in row["trials"]), row
 
 
 @pytest.mark.parametrize("name", sorted(POINTS))

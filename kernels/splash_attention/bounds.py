@@ -1,0 +1,363 @@
+"""Per-element error bounds of a correct attention forward, from the operands (numpy only).
+
+What any correct execution may differ from the float64 answer by, element by element,
+derived from the actual q, k, v, the mask and the soft cap (docs/splash-bounds.md has the
+derivation). Executions covered: one that computes the logits q·kᵀ in float32 (any order),
+applies the cap and the softmax in float32 (online, block by block, or whole rows), rounds
+the probabilities to v's dtype before P·V (normalised first, or normalised after by an
+unrounded float32 sum) and accumulates P·V in float32. A row's terms:
+
+- ``e_j``, the logit's error: γ_d Σ_d |q_d k_jd| (float32 dot over d), through the cap's
+  slope, plus the cap's tanh and the max's subtraction in float32 (EXP each, relative);
+- ``T1 = Σ_j P_j η_j |v_j − out|``: the weights perturbed by η_j = 1.01 (e_j + 2 EXP)
+  (a relative weight error moves out by its share of v_j − out);
+- ``T2 = u_P Σ_j P_j (|v_j| + |out|) + s_P Σ_j |v_j|``: P rounded to v's dtype
+  (relative u_P, whether or not the normaliser saw the rounded P) and the dtype's smallest
+  normal (or half subnormal step) for a weight that underflows;
+- ``T3 = γ_{2n+2} (Σ_j P_j |v_j| + |out|)``: the float32 sums of P·V and of the
+  normaliser over n visible keys, the online rescalings and the final division.
+
+The bound is (T1 + T2 + T3)(1 + u_out), to which the output's own rounding u_out |out|
+is added by the case's rtol. Rows are computed a chunk at a time: the bound serves the
+dense check and the sampled rows at any sequence length alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+F32 = 2.0**-24  # float32 unit roundoff
+# float32 exp and tanh on any backend, their argument's rounding included: 16 ulp,
+# relative (TPU and GPU approximations are within a few).
+EXP = 16 * F32
+UNIT = {"float32": F32, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+# What a weight that underflows in the dtype can lose, absolutely: bfloat16 and float32
+# flush to zero below their smallest normal on a TPU; float16 keeps subnormals (half a
+# step of 2⁻²⁴).
+UNDERFLOW = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-25}
+CHUNK = 256  # query rows at a time
+
+
+def gamma(n: np.ndarray | int) -> np.ndarray:
+    """γ_n = n u / (1 − n u) of float32: the relative error of an n-term float32 sum."""
+    n = np.asarray(n, np.float64)
+    return n * F32 / (1 - n * F32)
+
+
+def _forward(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.ndarray,
+             cap: float | None, dtype: str) -> dict[str, np.ndarray]:
+    """The float64 forward of some query rows with every term its bound needs."""
+    q_rows, keys, values = (np.asarray(x, np.float64) for x in (q_rows, keys, values))
+    raw = q_rows @ keys.T
+    error = gamma(q_rows.shape[1]) * (np.abs(q_rows) @ np.abs(keys).T)
+    if cap is None:
+        logits, slope = raw, np.ones_like(raw)
+    else:
+        logits = cap * np.tanh(raw / cap)
+        slope = 1 - (logits / cap) ** 2
+        error = error * slope + EXP * np.abs(logits)
+    masked = np.where(seen, logits, -np.inf)
+    any_seen = seen.any(axis=1)
+    peak = np.where(any_seen, masked.max(axis=1, initial=-np.inf), 0.0)
+    weights = np.where(seen, np.exp(masked - peak[:, None]), 0.0)
+    total = np.where(any_seen, weights.sum(axis=1), 1.0)
+    p = weights / total[:, None]
+    out = p @ values
+    mag = np.abs(values)
+    p_v = p @ mag
+    eta = np.where(seen, 1.01 * (error + EXP * np.abs(logits - peak[:, None]) + 2 * EXP), 0.0)
+    worst = eta.max(axis=1, initial=0.0)[:, None]
+    # Σ_j P_j η_j |v_j − out| ≤ Σ_j P_j η_j |v_j| + |out| Σ_j P_j η_j
+    t1 = ((p * eta) @ mag + np.abs(out) * (p * eta).sum(axis=1)[:, None]) / (1 - worst)
+    t2 = UNIT[dtype] * (p_v + np.abs(out)) + UNDERFLOW[dtype] * (seen @ mag)
+    sums = gamma(2 * seen.sum(axis=1) + 2)
+    t3 = sums[:, None] * (p_v + np.abs(out))
+    bound = np.where(any_seen[:, None], (t1 + t2 + t3) * (1 + UNIT[dtype]), 0.0) \
+        + UNDERFLOW[dtype]
+    with np.errstate(divide="ignore"):
+        lse = np.where(any_seen, peak + np.log(total), -np.inf)
+    # The forward's logsumexp: its weights (η), its sum and rescalings, its log.
+    lse_error = 1.01 * ((p * eta).sum(axis=1) + sums + F32 * np.abs(np.where(
+        any_seen, lse, 0.0)) + EXP)
+    return {"logits": logits, "error": error, "slope": slope, "p": p, "out": out,
+            "bound": bound, "lse": lse, "lse_error": lse_error, "any_seen": any_seen}
+
+
+def forward_rows(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                 seen: np.ndarray, cap: float | None, dtype: str
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` [n, dv] of ``q_rows`` [n, d] against ``keys`` [m, d] and ``values``
+    [m, dv] where ``seen`` [n, m], in float64, and each element's bound before the
+    output's rounding (module docstring). A row that sees nothing: out 0, bound 0."""
+    found = _forward(q_rows, keys, values, seen, cap, dtype)
+    return found["out"], found["bound"]
+
+
+def backward_rows(q_rows: np.ndarray, do_rows: np.ndarray, keys: np.ndarray,
+                  values: np.ndarray, seen: np.ndarray, cap: float | None, dtype: str
+                  ) -> dict[str, np.ndarray]:
+    """The gradient terms of some query rows (docs/splash-bounds.md): ``dq`` and its
+    bound [n, d], and per (row, key) what dk and dv gather over rows: ``ds`` and ``p``
+    (their exact weights), ``ds_weight`` and ``p_weight`` (their error weights: the
+    error of dS or P as computed, its rounding to the dtype, an underflow), so that
+    dk_j = Σ_i ds_ij q_i within Σ_i ds_weight_ij |q_i| + γ Σ_i |ds_ij| |q_i|."""
+    f = _forward(q_rows, keys, values, seen, cap, dtype)
+    q_rows, do_rows, keys, values = (np.asarray(x, np.float64)
+                                     for x in (q_rows, do_rows, keys, values))
+    unit, under = UNIT[dtype], UNDERFLOW[dtype]
+    p, logits, error = f["p"], f["logits"], f["error"]
+    lse = np.where(f["any_seen"], f["lse"], 0.0)
+    # P recomputed from the forward's logsumexp: the logit's error, the logsumexp's, the
+    # subtraction and the exp.
+    rho = np.where(seen, 1.01 * (error + f["lse_error"][:, None]
+                                 + F32 * np.abs(logits - lse[:, None]) + EXP), 0.0)
+    mag_do = np.abs(do_rows)
+    # D = do · out from the forward's rounded output, summed in float32.
+    delta = np.einsum("nc,nc->n", do_rows, f["out"])
+    out_error = (f["bound"] + unit * np.abs(f["out"])) * (1 + unit)
+    delta_error = (np.einsum("nc,nc->n", mag_do, out_error)
+                   + gamma(do_rows.shape[1] + 1) * np.einsum("nc,nc->n", mag_do,
+                                                              np.abs(f["out"])))
+    dp = do_rows @ values.T
+    dp_error = gamma(do_rows.shape[1]) * (mag_do @ np.abs(values).T)
+    slope = f["slope"]
+    slope_error = 0.0 if cap is None else (2 * np.abs(logits) * error / cap**2
+                                            + (error / cap) ** 2 + 3 * F32)
+    centred = dp - delta[:, None]
+    ds = np.where(seen, p * centred * slope, 0.0)
+    ds_error = np.where(seen, 1.01 * (np.abs(ds) * (rho + 5 * F32)
+                                      + p * np.abs(slope) * (dp_error + delta_error[:, None])
+                                      + p * np.abs(centred) * slope_error), 0.0)
+    ds_weight = np.where(seen, ds_error * (1 + unit) + unit * np.abs(ds) + under, 0.0)
+    p_weight = np.where(seen, p * rho * (1 + unit) + unit * p + under, 0.0)
+    mag_k = np.abs(keys)
+    dq = ds @ keys
+    sums = gamma(seen.sum(axis=1) + 2)[:, None]
+    dq_bound = (ds_weight @ mag_k + sums * (np.abs(ds) @ mag_k)) * (1 + unit) + under
+    return {"dq": dq, "dq_bound": dq_bound, "ds": ds, "ds_weight": ds_weight, "p": p,
+            "p_weight": p_weight, "out": f["out"]}
+
+
+Visibility = Callable[[int, np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
+
+
+def visibility(params: dict[str, Any]) -> Visibility:
+    """For query rows of a query head: the span of keys any of them sees and [rows,
+    span] which each does (the point's mask and segments, the same for every head,
+    without the [S, S] array); None: none sees any."""
+    from kernels.splash_attention import masks
+
+    low, high = masks.visible_range(params)
+    ids = masks.segment_ids(params)
+
+    def see(head: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        first, last = low[rows].min(), high[rows].max()
+        if last < first:
+            return None
+        span = np.arange(first, last + 1)
+        seen = (span[None] >= low[rows, None]) & (span[None] <= high[rows, None])
+        if ids is not None:
+            seen &= ids[span][None] == ids[rows][:, None]
+        return span, seen
+    return see
+
+
+def mask_visibility(visible: np.ndarray) -> Visibility:
+    """``visibility`` from a dense mask, [S, S] or one per query head [Hq, S, S]
+    (segments already folded in)."""
+    visible = np.asarray(visible, bool)
+
+    def see(head: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        mask = visible if visible.ndim == 2 else visible[head]
+        cols = np.flatnonzero(mask[rows].any(axis=0))
+        if not len(cols):
+            return None
+        span = np.arange(cols[0], cols[-1] + 1)
+        return span, mask[np.ix_(rows, span)]
+    return see
+
+
+def rows_bound(params: dict[str, Any], inputs: dict[str, np.ndarray], heads: np.ndarray,
+               rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` and its bound (``forward_rows``), [n, dv] each, at the query rows
+    (heads[m], rows[m]) of the point ``params``."""
+    return _forward_at(inputs, visibility(params), params.get("soft_cap"), params["dtype"],
+                       heads, rows)
+
+
+def _forward_at(inputs: dict[str, np.ndarray], see: Visibility, cap: float | None,
+                dtype: str, heads: np.ndarray, rows: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``rows_bound`` for any visibility: a chunk of rows of one head at a time."""
+    q, k, v = (np.asarray(inputs[n]) for n in ("q", "k", "v"))
+    group = q.shape[0] // k.shape[0]
+    out = np.zeros((len(rows), v.shape[2]))
+    bound = np.zeros_like(out)
+    for h in np.unique(heads):
+        of_head = np.flatnonzero(heads == h)
+        for start in range(0, len(of_head), CHUNK):
+            at = of_head[start:start + CHUNK]
+            visible = see(h, rows[at])
+            if visible is None:
+                continue
+            span, seen = visible
+            out[at], bound[at] = forward_rows(q[h, rows[at]], k[h // group, span],
+                                              v[h // group, span], seen, cap, dtype)
+    return out, bound
+
+
+def out_bound(params: dict[str, Any], inputs: dict[str, np.ndarray]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` and its bound, [Hq, S, dv] each, at every query row."""
+    heads, rows = _every(inputs["q"])
+    out, bound = rows_bound(params, inputs, heads, rows)
+    shape = (*np.shape(inputs["q"])[:2], out.shape[1])
+    return out.reshape(shape), bound.reshape(shape)
+
+
+def _every(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(head, row) of every row of [H, S, ·] ``x``, head-major."""
+    heads, n = np.shape(x)[:2]
+    return np.repeat(np.arange(heads), n), np.tile(np.arange(n), heads)
+
+
+def gradient_bounds(params: dict[str, Any], inputs: dict[str, np.ndarray],
+                    queries: tuple[np.ndarray, np.ndarray],
+                    keys: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    """``dq`` and ``dq_bound`` [n, d] at the query rows (heads, rows) of ``queries``,
+    ``dk``, ``dk_bound`` [m, d] and ``dv``, ``dv_bound`` [m, dv] at the key rows
+    (kv heads, rows) of ``keys``, in float64. A key row gathers over every query row that
+    sees it, in every query head of its group: each of its kv heads costs O(S²·d) (a
+    chunk of query rows at a time), a query row O(S·d)."""
+    return _gradients_at(inputs, visibility(params), params.get("soft_cap"),
+                         params["dtype"], queries, keys)
+
+
+def _gradients_at(inputs: dict[str, np.ndarray], see: Visibility, cap: float | None,
+                  dtype: str, queries: tuple[np.ndarray, np.ndarray],
+                  keys: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    """``gradient_bounds`` for any visibility."""
+    q, k, v, do = (np.asarray(inputs[n]) for n in ("q", "k", "v", "do"))
+    group, n = q.shape[0] // k.shape[0], q.shape[1]
+    q_at = np.full(q.shape[:2], -1)
+    q_at[queries] = np.arange(len(queries[0]))
+    k_at = np.full(k.shape[:2], -1)
+    k_at[keys] = np.arange(len(keys[0]))
+    found = {"dq": np.zeros((len(queries[0]), q.shape[2])),
+             "dk": np.zeros((len(keys[0]), k.shape[2])),
+             "dv": np.zeros((len(keys[0]), v.shape[2]))}
+    dq_bound = np.zeros_like(found["dq"])
+    gathered = {name: np.zeros_like(found[name[:2]])
+                for name in ("dk_weight", "dk_abs", "dv_weight", "dv_abs")}
+    count = np.zeros(len(keys[0]))
+    for h in range(q.shape[0]):
+        g = h // group
+        every = bool((k_at[g] >= 0).any())
+        rows = np.arange(n) if every else np.flatnonzero(q_at[h] >= 0)
+        for start in range(0, len(rows), CHUNK):
+            at = rows[start:start + CHUNK]
+            visible = see(h, at)
+            if visible is None:
+                continue
+            span, seen = visible
+            b = backward_rows(q[h, at], do[h, at], k[g, span], v[g, span], seen, cap, dtype)
+            mine = q_at[h, at] >= 0
+            found["dq"][q_at[h, at[mine]]] = b["dq"][mine]
+            dq_bound[q_at[h, at[mine]]] = b["dq_bound"][mine]
+            cols = np.flatnonzero(k_at[g, span] >= 0)
+            if not len(cols):
+                continue
+            to = k_at[g, span[cols]]
+            q_rows, do_rows = (np.asarray(x[h, at], np.float64) for x in (q, do))
+            found["dk"][to] += b["ds"][:, cols].T @ q_rows
+            found["dv"][to] += b["p"][:, cols].T @ do_rows
+            gathered["dk_weight"][to] += b["ds_weight"][:, cols].T @ np.abs(q_rows)
+            gathered["dk_abs"][to] += np.abs(b["ds"][:, cols]).T @ np.abs(q_rows)
+            gathered["dv_weight"][to] += b["p_weight"][:, cols].T @ np.abs(do_rows)
+            gathered["dv_abs"][to] += b["p"][:, cols].T @ np.abs(do_rows)
+            count[to] += seen[:, cols].sum(axis=0)
+    unit, sums = UNIT[dtype], gamma(count + 2)[:, None]
+    return {**found, "dq_bound": dq_bound,
+            "dk_bound": (gathered["dk_weight"] + sums * gathered["dk_abs"]) * (1 + unit)
+            + UNDERFLOW[dtype],
+            "dv_bound": (gathered["dv_weight"] + sums * gathered["dv_abs"]) * (1 + unit)
+            + UNDERFLOW[dtype]}
+
+
+def every_gradient_bound(params: dict[str, Any], inputs: dict[str, np.ndarray]
+                         ) -> dict[str, np.ndarray]:
+    """``gradient_bounds`` at every row: dq [Hq, S, d], dk [Hkv, S, d], dv [Hkv, S, dv]
+    and their bounds."""
+    return _shaped(inputs, gradient_bounds(params, inputs, _every(inputs["q"]),
+                                           _every(inputs["k"])))
+
+
+def _shaped(inputs: dict[str, np.ndarray], found: dict[str, np.ndarray]
+            ) -> dict[str, np.ndarray]:
+    return {name: value.reshape((*np.shape(inputs["q" if name.startswith(("dq", "out"))
+                                                   else "k"])[:2], -1))
+            for name, value in found.items()}
+
+
+def dense_bounds(inputs: dict[str, np.ndarray], visible: np.ndarray, cap: float | None,
+                 dtype: str) -> dict[str, np.ndarray]:
+    """Every element's bound under a dense mask ([S, S] or [Hq, S, S]: a kernel test's
+    own, segments folded in): ``out`` and ``out_bound``, and with a cotangent ``do`` in
+    ``inputs`` the gradients' (``gradient_bounds``)."""
+    see = mask_visibility(visible)
+    out, bound = _forward_at(inputs, see, cap, dtype, *_every(inputs["q"]))
+    found = {"out": out, "out_bound": bound}
+    if "do" in inputs:
+        found.update(_gradients_at(inputs, see, cap, dtype, _every(inputs["q"]),
+                                   _every(inputs["k"])))
+    return _shaped(inputs, found)
+
+
+def compare(got: np.ndarray, want: np.ndarray, bound: np.ndarray, atol: float, rtol: float,
+            sampled: dict[str, Any] | None = None, unwritten: int = 0) -> dict[str, Any]:
+    """|got − want| ≤ atol + bound + rtol |want| per element (``bound`` this module's, rtol
+    the output's rounding); NaN or inf never passes, nor does a shape change. ``sampled``:
+    the rows checked (``unwritten`` non-finite elements elsewhere fail too)."""
+    if got.shape != want.shape:
+        return {"passed": False, "error": f"shape {got.shape} != oracle {want.shape}",
+                "nan_count": 0, "max_abs_error": None, "max_rel_error": None,
+                "worst_error_over_tolerance": None}
+    values = got.astype(np.float64)
+    finite = np.isfinite(values)
+    allowed = atol + bound + rtol * np.abs(want)
+    err = np.where(finite, np.abs(values - want), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(finite, np.where(err == 0, 0.0, err / allowed), np.inf)
+    bad = int(np.count_nonzero(~finite)) + unwritten
+    found = {"atol_applied": {"min": float((atol + bound).min(initial=np.inf)),
+                              "median": float(np.median(atol + bound)) if bound.size else None,
+                              "max": float((atol + bound).max(initial=0.0))},
+             "rtol_applied": rtol,
+             "passed": bad == 0 and bool(np.all(ratio <= 1)),
+             "nan_count": bad,
+             "max_abs_error": float(err.max(initial=0.0)),
+             "max_rel_error": float(np.where(err == 0, 0.0, err / np.maximum(
+                 np.maximum(np.abs(want), allowed), np.finfo(np.float64).tiny)).max(initial=0.0)),
+             "worst_error_over_tolerance": None if bad else float(ratio.max(initial=0.0))}
+    return {**found, "sampled": sampled} if sampled is not None else found
+
+
+def dense_check(got: dict[str, np.ndarray], want: dict[str, np.ndarray],
+                operands: dict[str, np.ndarray], visible: np.ndarray, cap: float | None,
+                tolerance: Callable[[str], tuple[float, float]]) -> dict[str, dict[str, Any]]:
+    """``compare`` of every output of ``got`` (out, dq, dk, dv) with ``want``'s, under a
+    dense mask (``dense_bounds``): ``operands`` q, k, v as the kernel read them (k, v
+    [S, d] under MQA) and do for the gradients; ``tolerance(name)`` gives (atol, rtol)."""
+    shaped = {n: (np.asarray(x)[None] if n in ("k", "v") and np.ndim(x) == 2 else
+                  np.asarray(x)) for n, x in operands.items()}
+    found = dense_bounds(shaped, visible, cap, shaped["q"].dtype.name)
+    results = {}
+    for name, value in got.items():
+        expected = np.asarray(want[name], np.float64)
+        results[name] = compare(np.asarray(value), expected,
+                                found[f"{name}_bound"].reshape(expected.shape),
+                                *tolerance(name))
+    return results

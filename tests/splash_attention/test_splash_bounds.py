@@ -1,0 +1,92 @@
+"""The splash bounds (kernels/splash_attention/bounds.py): their exact parts are the
+oracle's, the sampled rows' bounds are the dense ones at those rows, a correct execution
+stays inside them and fails without the term that covers its rounding."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kernels.splash_attention as splash
+from kernels.splash_attention import baselines, bounds, oracle_rows
+
+
+def problem(dtype="bfloat16", **extra):
+    return {"seq_len": 384, "heads_q": 4, "heads_kv": 2, "head_dim": 64, "head_dim_v": 64,
+            "dtype": dtype, "mask": {"kind": "causal"}, **extra}
+
+
+@pytest.mark.parametrize("extra", [{}, {"mask": {"kind": "local", "window": [100, 3]},
+                                        "soft_cap": 3.0, "segments": 3}])
+def test_the_exact_parts_are_the_oracles_and_rows_match_the_dense_bounds(extra):
+    params = problem(**extra)
+    inputs = splash.make_inputs(params, np.random.default_rng())
+    want = splash.oracle(params, inputs)
+    out, out_bound = bounds.out_bound(params, inputs)
+    dense = bounds.every_gradient_bound(params, inputs)
+    for name, value in (("out", out), *((g, dense[g]) for g in splash.GRADIENTS)):
+        assert np.abs(value - want[name]).max() <= 1e-12 * np.abs(want[name]).max(), name
+    picked = oracle_rows.sample(params, np.random.default_rng(), 40)
+    queries = (picked["query_heads"], picked["query_rows"])
+    keys = (picked["kv_heads"], picked["key_rows"])
+    rows = bounds.gradient_bounds(params, inputs, queries, keys)
+    np.testing.assert_allclose(bounds.rows_bound(params, inputs, *queries)[1],
+                               out_bound[queries], rtol=1e-12)
+    for name, at in (("dq", queries), ("dk", keys), ("dv", keys)):
+        np.testing.assert_allclose(rows[f"{name}_bound"], dense[f"{name}_bound"][at],
+                                   rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_the_dense_baseline_stays_inside_the_bound_and_fails_without_p_rounding(dtype,
+                                                                               monkeypatch):
+    params = problem(dtype)
+    inputs = splash.make_inputs(params, np.random.default_rng())
+    want = splash.oracle(params, inputs)["out"]
+    got = np.asarray(jax.jit(baselines.dense_masked(params))(
+        *(jnp.asarray(inputs[n]) for n in splash.INPUTS)))
+    tolerance = {"atol": 0.0, "rtol": bounds.UNIT[dtype]}
+    found = splash.compare(params, inputs, "out", got, want, tolerance)
+    # Tight where P's rounding dominates; float32's worst-case sums (γ_n) are loose.
+    assert found["passed"] and found["worst_error_over_tolerance"] > (
+        0.005 if dtype == "float32" else 0.05), found
+    if dtype != "float32":  # P rounded to the dtype is what the bound's T2 covers
+        monkeypatch.setitem(bounds.UNIT, dtype, bounds.F32)
+        assert not splash.compare(params, inputs, "out", got, want, tolerance)["passed"]
+    biased = got.astype(np.float64) + 0.01 * np.sqrt(np.mean(want**2))
+    assert not splash.compare(params, inputs, "out", biased, want, tolerance)["passed"]
+    nan = got.astype(np.float64)
+    nan[0, -1, 0] = np.nan
+    assert not splash.compare(params, inputs, "out", nan, want, tolerance)["passed"]
+
+
+def _dense_baseline_check(params, scale):
+    """The dense baseline's out at ``params`` with q and v scaled (``scale``: name → factor),
+    and a function that checks it against the bound as the module stands."""
+    inputs = splash.make_inputs(params, np.random.default_rng())
+    for name, factor in scale.items():
+        inputs[name] = (inputs[name].astype(np.float64) * factor).astype(inputs[name].dtype)
+    want = splash.oracle(params, inputs)["out"]
+    got = np.asarray(jax.jit(baselines.dense_masked(params))(
+        *(jnp.asarray(inputs[n]) for n in splash.INPUTS)))
+    tolerance = {"atol": 0.0, "rtol": bounds.UNIT[params["dtype"]]}
+    return lambda: splash.compare(params, inputs, "out", got, want, tolerance)["passed"]
+
+
+@pytest.mark.parametrize(("dtype", "scale", "term", "dropped"), [
+    # Outputs near 1e-6: f16 subnormals, whose rounding is half a step whatever |out|.
+    ("float16", {"v": 1e-6}, "UNDERFLOW", {"float16": 0.0}),
+    # Logits up to ~8: float32 dot products and sums over 384 keys.
+    ("float32", {"q": 8.0}, "gamma", lambda n: np.zeros_like(np.asarray(n, np.float64)))])
+def test_a_correct_execution_fails_without_the_term_that_covers_it(dtype, scale, term,
+                                                                   dropped, monkeypatch):
+    check = _dense_baseline_check(problem(dtype), scale)
+    assert check()
+    if isinstance(dropped, dict):
+        for key, value in dropped.items():
+            monkeypatch.setitem(getattr(bounds, term), key, value)
+    else:
+        monkeypatch.setattr(bounds, term, dropped)
+    assert not check()
