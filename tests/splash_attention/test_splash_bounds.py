@@ -12,6 +12,8 @@ import pytest
 import kernels.splash_attention as splash
 from kernels.splash_attention import baselines, bounds, oracle_rows
 
+pytestmark = pytest.mark.host_rehearsal  # numpy bounds and XLA baselines: both stacks
+
 
 def problem(dtype="bfloat16", **extra):
     return {"seq_len": 384, "heads_q": 4, "heads_kv": 2, "head_dim": 64, "head_dim_v": 64,
