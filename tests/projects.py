@@ -71,10 +71,12 @@ def tiny_case(tolerance_scale: float = 1.0, variants: tuple[str, ...] = ("mgpu",
     if not case["across_chips"]:
         del case["across_chips"]
     case["verify"]["trials"] = 1
+    # Upstream's fixed forward tolerance without the derived bound, scaled: the workflow
+    # tests reach the pipeline's WEAK (a 1% bias let through) and FAILED paths with it,
+    # which the shipped bound no longer gives at this point.
     for tol in case["tolerances"].values():
-        for one in ([tol] if "atol" in tol else tol.values()):  # one, or one per output
-            one["atol"] *= tolerance_scale
-            one["rtol"] *= tolerance_scale
+        tol.update(atol=3e-3 * tolerance_scale, rtol=3e-3 * tolerance_scale,
+                   derived_bound=False)
     return case
 
 

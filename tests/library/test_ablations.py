@@ -51,14 +51,20 @@ def _forward(name: str, inputs: dict) -> np.ndarray:
     return np.asarray(runnable.fetch(runnable.call(*runnable.prepare(inputs))), np.float64)
 
 
-def _tolerance() -> tuple[float, float]:
-    tol = SPLASH["tolerances"][POINT["dtype"]]["out"]
-    return tol["atol"], tol["rtol"]
+# Against a model of what an ablation computes (a blocky mask, a softmax never rescaled),
+# which the case's bound does not describe: upstream's fixed forward tolerance at f16.
+MODEL_TOLERANCE = 3e-3
 
 
-def _within(got, want) -> bool:
-    atol, rtol = _tolerance()
-    return verify.compare(got, want, atol, rtol)["passed"]
+def _near_model(got, model) -> bool:
+    return verify.compare(got, model, MODEL_TOLERANCE, MODEL_TOLERANCE)["passed"]
+
+
+def _within_bound(got, inputs, want) -> bool:
+    """The case's own check of ``out``: each element within its bound (``bounds``)."""
+    atol, rtol = config.shipped_tolerance("splash_attention", POINT["dtype"], "out")
+    return splash.compare(POINT, inputs, "out", got, want,
+                          {"atol": atol, "rtol": rtol})["passed"]
 
 
 def _block_visible(params: dict, block_q: int, block_kv: int) -> np.ndarray:
@@ -99,14 +105,14 @@ def test_each_splash_ablation_computes_what_its_switch_says():
     got = _forward("mgpu_no_mask_evaluation", inputs)
     blocky = oracle_f64.attention(q, k, v, _block_visible(POINT, tiles["block_q"],
                                                           tiles["block_kv"]))
-    assert _within(got, blocky) and not _within(got, want)
+    assert _near_model(got, blocky) and not _within_bound(got, inputs, want)
     # Rescaling off: each block's exponentials against the running max when it was seen.
     got = _forward("mgpu_no_rescaling", inputs)
     unrescaled = _unrescaled(q, k, v, masks.dense_mask(POINT), tiles["block_kv"])
-    assert _within(got, unrescaled) and not _within(got, want)
+    assert _near_model(got, unrescaled) and not _within_bound(got, inputs, want)
     # One compute warpgroup, one stage: the same result another way.
     for name in ("mgpu_one_compute_wg", "mgpu_one_stage"):
-        assert _within(_forward(name, inputs), want), name
+        assert _within_bound(_forward(name, inputs), inputs, want), name
     assert not splash.races_found()
     splash.reset()
 

@@ -77,7 +77,9 @@ def test_the_tiny_project_plans(project):
 
 def with_backward_without_dq(case: dict) -> None:
     case["variants"].append({"name": "mgpu_bwd", "description": "The port's backward."})
-    del case["tolerances"]["float16"]["dq"]
+    # One tolerance per output, dq's left out (the shipped config has one for all).
+    case["tolerances"]["float16"] = {name: dict(case["tolerances"]["float16"])
+                                     for name in ("out", "dk", "dv")}
 
 
 @pytest.mark.parametrize("args", RUNS, ids=["dry_run", "run", "one_case"])
