@@ -43,7 +43,8 @@ rule all:
 # n jobs (casebook/run/local_scheduler.py): local runs drop it.
 # A local cpu run serves its jobs from one process that has imported jax and the cases
 # (casebook/run/worker.py), instead of each job importing them; a local run measuring a TPU
-# runs its chip-holding jobs in one process that opened the chip (casebook/run/chip_holder.py).
+# runs its chip-holding jobs in one process that opened the chip (casebook/run/chip_holder.py),
+# its own unless the TPU window started one for the step this run is part of.
 onstart:
     local_scheduler.drop_rate_limit(workflow)
     if worker.serves(workflow, MEASURED):

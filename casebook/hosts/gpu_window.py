@@ -7,7 +7,9 @@ time and baseline records it reads, one point after another), its GPU-only tests
 remaining records, autotune last. Every command of a step is a child process group
 (Snakemake or pytest) killed at the step's budget or at the window's deadline, whichever
 comes first; records are written atomically, so a stopped step leaves whole records or
-none.
+none. On a TPU, each step's Snakemake runs share one chip holder that the window starts
+for the step (``casebook.run.chip_holder``): the chip is opened once a step, not once a
+point.
 The window then writes its own ``gpu_window`` record (each step's budget, seconds and
 outcome) and packs ``results/<target>/`` and the logs into one archive
 (``casebook.hosts.archive``).
@@ -236,6 +238,16 @@ def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any], li
     return carried + 1, earlier, [str(p) for p in dropped if p.suffix == ".json"]
 
 
+def _step_holder(step: dict[str, Any], target: str) -> Any:
+    """A chip holder for a step's Snakemake runs on a TPU (they find it in the environment
+    and start none of their own), else None. A pytest step opens the chip itself."""
+    from casebook.run import off_device
+
+    if target not in off_device.TPU_TARGETS or step["name"] == "gpu_tests":
+        return None
+    return chip_holder.start(Path(".snakemake"))
+
+
 def run(window: dict[str, Any], target: str, out: Path,
         continues: list[Path] | None = None) -> dict[str, Any]:
     """Run every step within its budget, write the window record, pack the archive.
@@ -271,7 +283,11 @@ def run(window: dict[str, Any], target: str, out: Path,
             continue
         log.unlink(missing_ok=True)
         began = time.monotonic()
-        status, code = _run_all(step_commands, began + seconds, log)
+        holder = _step_holder(step, target)
+        try:
+            status, code = _run_all(step_commands, began + seconds, log)
+        finally:
+            chip_holder.stop(holder)
         steps.append({**entry, "status": status, "exit_code": code,
                       "seconds": round(time.monotonic() - began, 1)})
         print(f"gpu_window: {step['name']} {step.get('case') or ''}: {status} "

@@ -15,7 +15,9 @@ functions shared by jobs (no measurement times a compile: warm-up runs first), a
 process's peak memory (a job's profile line reports the holder's peak so far). Arrays a
 job held are freed when its globals go (collected after each job). A job that kills the
 process (a crash in the runtime) fails alone: the jobs after it find no holder and open
-the chip in their own processes, as without one.
+the chip in their own processes, as without one. A TPU window starts one holder for each
+step (``casebook.hosts.gpu_window``): the step's runs find it in their environment
+(``inherited``) and start none, so a step of seven points opens the chip once.
 
 The holder writes what opening the chip cost and the jobs it ran to
 ``logs/chip_holder/<pid>.json`` (``casebook.hosts.gpu_window`` adds them to its record).
@@ -41,11 +43,22 @@ LOG_DIR = Path(paths.LOGS) / "chip_holder"
 
 
 def serves(workflow: Any, measured: list[str]) -> bool:
-    """Whether a run's chip-holding jobs go to a holder: a local run measuring a TPU."""
+    """Whether a run starts a holder for its chip-holding jobs: a local run measuring a
+    TPU, unless a holder its caller started (``inherited``) still serves."""
     from casebook.run import off_device
 
     return (workflow.local_exec and not workflow.remote_exec and hasattr(socket, "send_fds")
-            and any(target in off_device.TPU_TARGETS for target in measured))
+            and any(target in off_device.TPU_TARGETS for target in measured)
+            and not inherited())
+
+
+def inherited() -> bool:
+    """Whether the environment names a holder still alive (one a TPU window started for
+    a step's runs, ``casebook.hosts.gpu_window``): the run's jobs go to it."""
+    from casebook.core.errors import gone
+
+    pid = int(os.environ.get(worker.CHIP_HOLDER_PID) or 0)
+    return bool(os.environ.get(worker.CHIP_SOCKET)) and pid > 0 and not gone(pid)
 
 
 def _open_device() -> tuple[str, float]:

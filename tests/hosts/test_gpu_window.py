@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casebook.core import config, paths, provenance, records
+from casebook.core import config, errors, paths, provenance, records
 from casebook.core.errors import CasebookError
 from casebook.hosts import archive, carry, gpu_window
-from casebook.run import chip_holder
+from casebook.run import chip_holder, worker
 from casebook.stages import envcapture, hostcapture, tile_table
 
 pytestmark = pytest.mark.host_rehearsal
@@ -156,12 +156,43 @@ def test_the_window_records_what_its_chip_holders_spent_opening_the_chip(tmp_pat
               f"p.mkdir(parents=True, exist_ok=True); "
               f"(p / '2.json').write_text(json.dumps({report!r})); time.sleep(1)")
     monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [[[sys.executable, "-c", writes]]])
+    monkeypatch.setattr(gpu_window, "_step_holder", lambda step, target: None)
     done = gpu_window.run(window, "tpu-v5e", tmp_path / "out")
     record = records.read(paths.gpu_window_record("tpu-v5e"), "gpu_window")
     assert record["chip_holders"] == [{k: report[k] for k in
                                        ("device_kind", "opened_s", "jobs", "failed", "job_s")}]
     assert record["opening_share"] == pytest.approx(0.5 / done["seconds"], abs=1e-4)
     assert 0 < record["opening_share"] <= 0.5  # the step took at least its 1 s sleep
+
+
+def test_a_tpu_step_opens_the_chip_once_for_all_its_runs(tmp_path, monkeypatch):
+    """On a TPU the window starts one chip holder a step: each of the step's runs finds
+    it alive in its environment (so its Snakefile starts none), and it is gone after the
+    step. A GPU window's steps, and a TPU window's pytest step, get none."""
+    monkeypatch.chdir(tmp_path)
+    window = copy.deepcopy(gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window.yaml")))
+    window["steps"] = [{"name": "measure", "case": "grouped_gemm_fp8_bf16", "budget_s": 120,
+                        "what": "two points"},
+                       {"name": "gpu_tests", "budget_s": 30, "what": "tests", "tests": ["x"]}]
+    seen = tmp_path / "seen.txt"
+    says = (f"import os; from casebook.run import chip_holder, worker; "
+            f"open({str(seen)!r}, 'a').write(os.environ.get(worker.CHIP_HOLDER_PID, '-') + ' ' "
+            f"+ str(chip_holder.inherited()) + '\\n')")
+    run = [sys.executable, "-c", says]
+    waits = [sys.executable, "-c", f"import os, time; from casebook.run import worker\n"
+             f"while not os.path.exists(os.environ[worker.CHIP_SOCKET]): time.sleep(0.1)\n{says}"]
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [[waits, run], [run]])
+    done = gpu_window.run(window, "tpu-v5e", tmp_path / "out")
+    first, second, tests = seen.read_text().splitlines()
+    assert first == second and first.endswith(" True") and tests == "- False"
+    holder = int(first.split()[0])
+    assert errors.gone(holder)
+    assert [held["jobs"] for held in done["chip_holders"]] == [0]  # opened once, ran none
+    assert worker.CHIP_SOCKET not in os.environ
+    seen.unlink()
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [[run, run], [run]])
+    gpu_window.run(window, "h200", tmp_path / "out")
+    assert seen.read_text().splitlines() == ["- False"] * 3
 
 
 def test_a_continuing_window_starts_from_the_earlier_windows_archive(tmp_path, monkeypatch):

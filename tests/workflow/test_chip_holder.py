@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -218,6 +219,12 @@ def test_the_holder_serves_local_runs_that_measure_a_tpu():
 
     assert chip_holder.serves(Workflow, ["tpu-v5e"])
     assert not chip_holder.serves(Workflow, ["cpu"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for pid, serves in ((os.getpid(), False), (gone.pid, True)):  # a window's step holder
+        with mock.patch.dict(os.environ, {worker.CHIP_SOCKET: "s",
+                                          worker.CHIP_HOLDER_PID: str(pid)}):
+            assert chip_holder.serves(Workflow, ["tpu-v5e"]) is serves
     Workflow.local_exec = False  # a cluster run: each job is its own allocation
     assert not chip_holder.serves(Workflow, ["tpu-v5e"])
 
