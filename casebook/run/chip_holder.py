@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from casebook.core import files, paths
+from casebook.core import errors, files, paths
 from casebook.run import worker
 
 LOG_DIR = Path(paths.LOGS) / "chip_holder"
@@ -113,6 +113,11 @@ def serve(path: str, parent: int, reports: Path = LOG_DIR) -> None:
     """Import everything, open the chip, then run each job sent to ``path``, one at a
     time, until ``parent`` is gone; SIGTERM ends it (and the job it runs). What it cost
     and did goes to ``reports``/<pid>.json."""
+    # The holder ends with whoever started it (a run, or a window's step), never with the
+    # run of the first job it serves (whose watch, errors.end_with_run, is then a no-op):
+    # a step's holder outlives each of its runs.
+    os.environ[errors.RUN_PID] = str(parent)
+    errors.end_with_run()
     missing = worker.preload()
     if missing:
         sys.stderr.write(f"casebook chip holder: not imported: {', '.join(missing)}\n")

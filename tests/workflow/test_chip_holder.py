@@ -46,6 +46,9 @@ elif mode == "raise":
     raise RuntimeError("the job's own failure")
 elif mode == "crash":
     os._exit(7)
+elif mode == "watch":  # what every job script does first (casebook.core.errors.reported)
+    from casebook.core import errors
+    errors.end_with_run()
 sys.exit(int(os.environ.get("JOB_EXIT", "0")))
 """
 
@@ -169,6 +172,20 @@ def test_jobs_that_do_not_hold_the_chip_run_in_their_own_process(holder, tmp_pat
     assert done.returncode == 0 and found["pid"] != str(process.pid)
     assert found["platforms"] == platforms
     assert json.loads(next(reports.glob("*.json")).read_text())["jobs"] == 0
+
+
+def test_the_holder_outlives_the_run_of_a_job_it_served(holder, tmp_path):
+    """A TPU window's step holder serves one Snakemake run after another: a job's watch
+    on its own run (errors.end_with_run) must not end the holder when that run ends."""
+    process, path, _ = holder
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    first = run_job(tmp_path, path, JOB_MODE="watch", CASEBOOK_RUN_PID=str(run.pid))
+    assert first.returncode == 0 and facts(first.stdout)["pid"] == str(process.pid)
+    run.wait()
+    time.sleep(3)  # the watch polls
+    assert process.poll() is None
+    second = run_job(tmp_path, path)
+    assert second.returncode == 0 and facts(second.stdout)["pid"] == str(process.pid)
 
 
 def test_a_job_stopped_by_its_run_ends_the_holder_with_it(holder, tmp_path):
