@@ -201,15 +201,12 @@ def point_records(spec: dict, target: str, point: str) -> dict[str, dict[str, st
 def case_records(spec: dict, target: str) -> list[str]:
     """Every record ``target`` produces for the case of config ``spec``: the noise floor,
     then its builds, check power, verifications, times, ablations, baselines and
-    comparisons, and a bit-exact comparison where the case asks for one. A point measured
-    on an accelerator alone has no check power record: its near misses are dense arrays,
-    as large as the oracle it gets instead."""
+    comparisons, and a bit-exact comparison where the case asks for one."""
     spec, case = for_target(spec, target), spec["name"]
     out = [noise_floor_record(target)]
     out += [build_record(target, case, v["name"]) for v in spec["variants"]]
     for p in spec["points"]:
-        if "measured_on" not in p:
-            out.append(check_power_record(target, case, p["name"]))
+        out.append(check_power_record(target, case, p["name"]))
         for v in spec["variants"]:
             out += [verify_record(target, case, v["name"], p["name"]),
                     time_record(target, case, v["name"], p["name"])]

@@ -67,15 +67,16 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
                             f"more than total_s {window['total_s']:g}")
     cases = config.load_global()["cases"]
     for i, step in enumerate(window["steps"]):
-        if step["name"] in ("gpu_tests", "case", "measure", "bit_exact") and "case" not in step:
+        if step["name"] in ("gpu_tests", "case", "measure", "check_power", "bit_exact") \
+                and "case" not in step:
             raise CasebookError(path, f"steps.{i}.case", f"a {step['name']} step names its case")
         if "case" in step and step["case"] not in cases:
             raise CasebookError(path, f"steps.{i}.case", f"{step['case']} is not a case of "
                                 f"configs/config.yaml ({', '.join(cases)})")
         if "points" in step:
-            if step["name"] not in ("measure", "autotune") or "case" not in step:
-                raise CasebookError(path, f"steps.{i}.points", "only a measure or autotune "
-                                    "step names points, with its case")
+            if step["name"] not in ("measure", "check_power", "autotune") or "case" not in step:
+                raise CasebookError(path, f"steps.{i}.points", "only a measure, check_power "
+                                    "or autotune step names points, with its case")
             spec = config.load_case(config.load_global()["case_dir"], step["case"])
             known = [p["name"] for p in [*spec["points"], *spec["build_only_points"]]
                      if "measured_on" in p or p in spec["points"]]
@@ -121,6 +122,12 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
             points = step.get("points") or [
                 p["name"] for p in _case_spec(step["case"], target)["points"]]
             out.append([_snakemake(target, overlay, paths.compare_record(target, step["case"], p))
+                        for p in points])
+        elif step["name"] == "check_power":
+            points = step.get("points") or [
+                p["name"] for p in _case_spec(step["case"], target)["points"]]
+            out.append([_snakemake(target, overlay,
+                                   paths.check_power_record(target, step["case"], p))
                         for p in points])
         elif step["name"] == "bit_exact":
             out.append([_snakemake(target, overlay, paths.bit_exact_record(target, step["case"]))])

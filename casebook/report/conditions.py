@@ -113,7 +113,8 @@ def correctness(ev: Evidence) -> list[str]:
             + f" (max |err| {record['max_abs_error']:.3g}), {record['trials']} random draws "
             f"per mode, seed {record['seed']}, "
             f"races found: {'yes' if record['races_found'] else 'no'}"
-            + _per_element(record) + "; " + power_text(power, alarm=False))
+            + _per_element(record) + _every_element(record) + "; "
+            + power_text(power, alarm=False))
     ran = {v: sum(1 for (w, _), r in ev.verify.items() if w == v and r["ran"]) for v in weak}
     # A weak check is said once (the alarm, never folded) for the variants weak at the
     # same points, each point's line (folded) saying what it lets through.
@@ -152,6 +153,20 @@ def _per_element(record: dict[str, Any]) -> str:
         return ""
     return (f"; per-element atol median {max(a['median'] or 0.0 for a in applied):.3g}, max "
             f"{max(a['max'] for a in applied):.3g}")
+
+
+def _every_element(record: dict[str, Any]) -> str:
+    """Where sampled rows were checked against the float64 oracle, what checked every
+    element besides them (a case's cheaper reference on the device), and its worst."""
+    found = [o["every_element"] for c in record["checks"]
+             for o in c.get("outputs", {}).values() if "every_element" in o]
+    if not found:
+        return ""
+    worst = [e["worst_error_over_tolerance"] for e in found]
+    over = sum(e.get("elements_over", 0) for e in found)
+    return (f"; every element also checked against the {found[0]['reference']} (worst "
+            + (f"{max(worst):.3g}×" if None not in worst else "undefined: non-finite")
+            + (f", {over} elements over" if over else "") + ")")
 
 
 def _worst_text(worst: dict[str, float | None]) -> str:

@@ -88,8 +88,8 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
     for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
         inputs = plugin.make_inputs(params, np.random.default_rng(stream))
         want = plugin.oracle(params, inputs)
-        _whole_outputs(want, path, point)
         correct = plugin.model_outputs(params, inputs, want)
+        _whole_outputs(correct, path, point)
         for output, value in correct.items():
             for mode, check in _both(plugin, params, inputs, want, tolerance, output,
                                      value, correct).items():
@@ -123,16 +123,16 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
     }
 
 
-def _whole_outputs(want: Any, path: object, point: str) -> None:
-    """Refuse, naming the outputs, where the oracle answers sampled rows only (a case's
-    sizes past its dense oracle): the model outputs and near-miss mutants are whole
-    arrays made from the oracle's."""
-    sampled = {name: value for name, value in verify.named(want).items()
+def _whole_outputs(correct: Any, path: object, point: str) -> None:
+    """Refuse, naming the outputs, where the case's model outputs are sampled rows only (a
+    case whose oracle answers sampled rows past its dense sizes, and has no whole
+    reference to make them from): mutants are whole outputs a kernel could write."""
+    sampled = {name: value for name, value in verify.named(correct).items()
                if isinstance(value, contract.SampledRows)}
     if sampled:
         rows = ", ".join(f"{name} ({v.rows} of {v.total} rows)" for name, v in sampled.items())
-        raise CasebookError(path, "points", f"check power needs the oracle's whole outputs; "
-                            f"at {point} it answers sampled rows only: {rows}")
+        raise CasebookError(path, "points", f"check power needs whole model outputs; at "
+                            f"{point} the case gives sampled rows only: {rows}")
 
 
 def _summary(check: dict[str, Any]) -> dict[str, Any]:

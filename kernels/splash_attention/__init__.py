@@ -12,13 +12,16 @@ on a Blackwell GPU (no interpreter runs tcgen05 or tensor memory).
 Outputs (named): the forward variants return ``out``; the backward variants (``*_bwd``)
 return ``dq``, ``dk``, ``dv`` for the cotangent ``do`` drawn with the inputs. The oracle
 answers all four: densely below ROWS_FROM_SEQ_LEN, from SAMPLED_ROWS query rows and as
-many key rows above it (``oracle_rows``), drawn when the oracle runs, after the kernel.
+many key rows above it (``oracle_rows``), drawn when the oracle runs, after the kernel;
+there every element is also checked against a float32 reference on the device
+(``oracle_f32``).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +34,10 @@ from kernels.splash_attention import (
     ablations,
     baselines,
     bounds,
+    builds,
     masks,
     near_misses,
+    oracle_f32,
     oracle_f64,
     oracle_rows,
     oracle_vjp,
@@ -113,13 +118,34 @@ def sampled_oracle(params: dict[str, Any], inputs: dict[str, np.ndarray], seed: 
             found["keys"] = oracle_rows.key_rows(params, inputs, stats, *at_keys)
         return found["keys"]
 
+    def whole(output: str) -> Callable[[], tuple[Any, Any, Any]]:
+        def reference() -> tuple[Any, Any, Any]:
+            gradients = output in GRADIENTS
+            if "whole" not in found or (gradients and "dq" not in found["whole"]):
+                found["whole"] = oracle_f32.references(params, inputs, gradients)
+            return tuple(found["whole"][f"{output}{part}"]
+                         for part in ("", "_bound", "_own_bound"))
+        return reference
+
     q_shape, kv_shape = inputs["q"].shape, inputs["k"].shape
     out_shape = (*q_shape[:2], inputs["v"].shape[2])
-    return {"out": contract.SampledRows(out_shape, at_queries, lambda: queries()["out"], seed),
-            "dq": contract.SampledRows(q_shape, at_queries, lambda: queries()["dq"], seed),
-            "dk": contract.SampledRows(kv_shape, at_keys, lambda: keys()["dk"], seed),
-            "dv": contract.SampledRows((*kv_shape[:2], inputs["v"].shape[2]), at_keys,
-                                       lambda: keys()["dv"], seed)}
+    return {"out": Sampled(out_shape, at_queries, lambda: queries()["out"], seed, whole("out")),
+            "dq": Sampled(q_shape, at_queries, lambda: queries()["dq"], seed, whole("dq")),
+            "dk": Sampled(kv_shape, at_keys, lambda: keys()["dk"], seed, whole("dk")),
+            "dv": Sampled((*kv_shape[:2], inputs["v"].shape[2]), at_keys,
+                          lambda: keys()["dv"], seed, whole("dv"))}
+
+
+class Sampled(contract.SampledRows):
+    """The float64 oracle's sampled rows, and ``whole()``: the float32 reference of every
+    element, the kernel's bound and the reference's own, on the device (``oracle_f32``),
+    computed on first use and kept while this answer is (one pass serves dq, dk and dv)."""
+
+    def __init__(self, shape: tuple[int, ...], index: tuple[np.ndarray, ...],
+                 values: Callable[[], np.ndarray], seed: int,
+                 whole: Callable[[], tuple[Any, Any, Any]]):
+        super().__init__(shape, index, values, seed)
+        self.whole = whole
 
 
 def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
@@ -144,10 +170,42 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
     checked, expected = got[want.index], want.values()
     unwritten = int(np.count_nonzero(~np.isfinite(got.astype(np.float64)))
                     - np.count_nonzero(~np.isfinite(checked.astype(np.float64))))
-    bound = (_bounds(params, inputs, output, want.index) if derived
-             else np.zeros(expected.shape))
-    return bounds.compare(checked, expected, bound, tolerance["atol"], tolerance["rtol"],
-                          {"rows": want.rows, "of": want.total, "seed": want.seed}, unwritten)
+    sample = {"rows": want.rows, "of": want.total, "seed": want.seed}
+    if not (derived and isinstance(want, Sampled)):
+        bound = (_bounds(params, inputs, output, want.index) if derived
+                 else np.zeros(expected.shape))
+        return bounds.compare(checked, expected, bound, tolerance["atol"], tolerance["rtol"],
+                              sample, unwritten)
+    whole = want.whole()
+    bound, differs = _sampled_bound(params, inputs, output, want.index, whole[1])
+    found = bounds.compare(checked, expected, bound, tolerance["atol"], tolerance["rtol"],
+                           sample, unwritten)
+    if differs:
+        return {**found, "passed": False, "error": differs}
+    every = oracle_f32.check(got, *whole, tolerance["atol"], tolerance["rtol"])
+    worst = [found["worst_error_over_tolerance"], every.get("worst_error_over_tolerance")]
+    return {**found, "every_element": {**every, "reference": oracle_f32.described()},
+            "passed": found["passed"] and every["passed"],
+            "worst_error_over_tolerance": None if None in worst else max(worst)}
+
+
+def _sampled_bound(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
+                   rows: tuple[np.ndarray, ...], on_device: Any) -> tuple[np.ndarray, str]:
+    """The bound at sampled rows, and why it cannot be trusted ("" if it can). Query rows
+    (out, dq) cost O(S·d) each in float64: that bound, the device's held to it within
+    oracle_f32.SLACK (the device evaluates the same formulas in float32). Key rows (dk,
+    dv) cost O(S²·d) a kv head in float64, minutes at S 32768 on a host: the device's
+    own, times SLACK."""
+    device = np.asarray(on_device[rows], np.float64)
+    if output not in (SINGLE_OUTPUT, "dq"):
+        return device * oracle_f32.SLACK, ""
+    exact = _bounds(params, inputs, output, rows)
+    ratio = device / exact
+    if ratio.min() * oracle_f32.SLACK < 1 or ratio.max() > oracle_f32.SLACK:
+        return exact, (f"the device's float32 bound of {output} at the sampled rows is "
+                       f"{ratio.min():.4g}-{ratio.max():.4g}× float64's, beyond "
+                       f"{oracle_f32.SLACK:g}: its every-element check cannot be trusted")
+    return exact, ""
 
 
 _LAST: list = []  # [inputs, rows, found]: dq, dk, dv of one check share one pass
@@ -181,8 +239,11 @@ def _same(a: Any, b: Any) -> bool:
 def model_outputs(params: dict[str, Any], inputs: dict[str, np.ndarray],
                   want: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What a correct kernel writes: the oracle's ``out``, ``dq``, ``dk``, ``dv`` rounded
-    to the input dtype, the dtype of every output of the port."""
-    return {name: near_misses.rounded(inputs, want[name])
+    to the input dtype, the dtype of every output of the port; where the oracle answers
+    sampled rows, the float32 reference of every element on the device (``oracle_f32``,
+    itself a correct execution: float32 throughout) so rounded."""
+    return {name: near_misses.rounded(inputs, want[name].whole()[0]
+                                      if isinstance(want[name], Sampled) else want[name])
             for name in (SINGLE_OUTPUT, *GRADIENTS)}
 
 
@@ -228,11 +289,11 @@ def build(variant: str, params: dict[str, Any], build_dir: Path | None = None
     import jax
 
     if variant in ablations.ABLATIONS:
-        return port.build_ablation(variant, params)
+        return builds.build_ablation(variant, params)
     _check_variant(variant)
     if variant in port.VARIANTS:
-        return port.build(variant, params)
-    shapes = port.arg_shapes(params)
+        return builds.build(variant, params)
+    shapes = builds.arg_shapes(params)
     make = upstream.make
     if variant == "upstream_bwd":
         shapes, make = (*shapes, shapes[0]), upstream.make_backward  # do is shaped like q

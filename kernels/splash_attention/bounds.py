@@ -41,104 +41,112 @@ UNDERFLOW = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-25}
 CHUNK = 256  # query rows at a time
 
 
-def gamma(n: np.ndarray | int) -> np.ndarray:
+def real(xp: Any) -> Any:
+    """The dtype a bound is evaluated in: float64 in numpy; float32 in jax.numpy, whose
+    default is 32-bit (``oracle_f32`` allows for it)."""
+    return np.float64 if xp is np else np.float32
+
+
+def gamma(n: np.ndarray | int, xp: Any = np) -> np.ndarray:
     """γ_n = n u / (1 − n u) of float32: the relative error of an n-term float32 sum."""
-    n = np.asarray(n, np.float64)
+    n = xp.asarray(n, real(xp))
     return n * F32 / (1 - n * F32)
 
 
 def _forward(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.ndarray,
-             cap: float | None, dtype: str) -> dict[str, np.ndarray]:
-    """The float64 forward of some query rows with every term its bound needs."""
-    q_rows, keys, values = (np.asarray(x, np.float64) for x in (q_rows, keys, values))
+             cap: float | None, dtype: str, xp: Any = np) -> dict[str, np.ndarray]:
+    """The forward of some query rows with every term its bound needs, in float64 (or in
+    float32 where ``xp`` is jax.numpy: ``oracle_f32``)."""
+    q_rows, keys, values = (xp.asarray(x, real(xp)) for x in (q_rows, keys, values))
     raw = q_rows @ keys.T
-    error = gamma(q_rows.shape[1]) * (np.abs(q_rows) @ np.abs(keys).T)
+    error = gamma(q_rows.shape[1], xp) * (xp.abs(q_rows) @ xp.abs(keys).T)
     if cap is None:
-        logits, slope = raw, np.ones_like(raw)
+        logits, slope = raw, xp.ones_like(raw)
     else:
-        logits = cap * np.tanh(raw / cap)
+        logits = cap * xp.tanh(raw / cap)
         slope = 1 - (logits / cap) ** 2
-        error = error * slope + EXP * np.abs(logits)
-    masked = np.where(seen, logits, -np.inf)
+        error = error * slope + EXP * xp.abs(logits)
+    masked = xp.where(seen, logits, -xp.inf)
     any_seen = seen.any(axis=1)
-    peak = np.where(any_seen, masked.max(axis=1, initial=-np.inf), 0.0)
-    weights = np.where(seen, np.exp(masked - peak[:, None]), 0.0)
-    total = np.where(any_seen, weights.sum(axis=1), 1.0)
+    peak = xp.where(any_seen, xp.max(masked, axis=1, initial=-xp.inf), 0.0)
+    weights = xp.where(seen, xp.exp(masked - peak[:, None]), 0.0)
+    total = xp.where(any_seen, weights.sum(axis=1), 1.0)
     p = weights / total[:, None]
     out = p @ values
-    mag = np.abs(values)
+    mag = xp.abs(values)
     p_v = p @ mag
-    eta = np.where(seen, 1.01 * (error + EXP * np.abs(logits - peak[:, None]) + 2 * EXP), 0.0)
-    worst = eta.max(axis=1, initial=0.0)[:, None]
+    eta = xp.where(seen, 1.01 * (error + EXP * xp.abs(logits - peak[:, None]) + 2 * EXP), 0.0)
+    worst = xp.max(eta, axis=1, initial=0.0)[:, None]
     # Σ_j P_j η_j |v_j − out| ≤ Σ_j P_j η_j |v_j| + |out| Σ_j P_j η_j
-    t1 = ((p * eta) @ mag + np.abs(out) * (p * eta).sum(axis=1)[:, None]) / (1 - worst)
-    t2 = UNIT[dtype] * (p_v + np.abs(out)) + UNDERFLOW[dtype] * (seen @ mag)
-    sums = gamma(2 * seen.sum(axis=1) + 2)
-    t3 = sums[:, None] * (p_v + np.abs(out))
-    bound = np.where(any_seen[:, None], (t1 + t2 + t3) * (1 + UNIT[dtype]), 0.0) \
+    t1 = ((p * eta) @ mag + xp.abs(out) * (p * eta).sum(axis=1)[:, None]) / (1 - worst)
+    t2 = UNIT[dtype] * (p_v + xp.abs(out)) + UNDERFLOW[dtype] * (seen @ mag)
+    sums = gamma(2 * seen.sum(axis=1) + 2, xp)
+    t3 = sums[:, None] * (p_v + xp.abs(out))
+    bound = xp.where(any_seen[:, None], (t1 + t2 + t3) * (1 + UNIT[dtype]), 0.0) \
         + UNDERFLOW[dtype]
-    with np.errstate(divide="ignore"):
-        lse = np.where(any_seen, peak + np.log(total), -np.inf)
+    lse = xp.where(any_seen, peak + xp.log(total), -xp.inf)  # total is 1 where unseen
     # The forward's logsumexp: its weights (η), its sum and rescalings, its log.
-    lse_error = 1.01 * ((p * eta).sum(axis=1) + sums + F32 * np.abs(np.where(
+    lse_error = 1.01 * ((p * eta).sum(axis=1) + sums + F32 * xp.abs(xp.where(
         any_seen, lse, 0.0)) + EXP)
     return {"logits": logits, "error": error, "slope": slope, "p": p, "out": out,
             "bound": bound, "lse": lse, "lse_error": lse_error, "any_seen": any_seen}
 
 
 def forward_rows(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                 seen: np.ndarray, cap: float | None, dtype: str
+                 seen: np.ndarray, cap: float | None, dtype: str, xp: Any = np
                  ) -> tuple[np.ndarray, np.ndarray]:
     """``out`` [n, dv] of ``q_rows`` [n, d] against ``keys`` [m, d] and ``values``
     [m, dv] where ``seen`` [n, m], in float64, and each element's bound before the
     output's rounding (module docstring). A row that sees nothing: out 0, bound 0."""
-    found = _forward(q_rows, keys, values, seen, cap, dtype)
+    found = _forward(q_rows, keys, values, seen, cap, dtype, xp)
     return found["out"], found["bound"]
 
 
 def backward_rows(q_rows: np.ndarray, do_rows: np.ndarray, keys: np.ndarray,
-                  values: np.ndarray, seen: np.ndarray, cap: float | None, dtype: str
-                  ) -> dict[str, np.ndarray]:
+                  values: np.ndarray, seen: np.ndarray, cap: float | None, dtype: str,
+                  xp: Any = np, cap_gradient: bool = True) -> dict[str, np.ndarray]:
     """The gradient terms of some query rows (docs/splash-bounds.md): ``dq`` and its
     bound [n, d], and per (row, key) what dk and dv gather over rows: ``ds`` and ``p``
     (their exact weights), ``ds_weight`` and ``p_weight`` (their error weights: the
     error of dS or P as computed, its rounding to the dtype, an underflow), so that
-    dk_j = Σ_i ds_ij q_i within Σ_i ds_weight_ij |q_i| + γ Σ_i |ds_ij| |q_i|."""
-    f = _forward(q_rows, keys, values, seen, cap, dtype)
-    q_rows, do_rows, keys, values = (np.asarray(x, np.float64)
+    dk_j = Σ_i ds_ij q_i within Σ_i ds_weight_ij |q_i| + γ Σ_i |ds_ij| |q_i|.
+    ``cap_gradient=False`` (a near miss's gradients, not a bound's): dS without the cap's
+    derivative."""
+    f = _forward(q_rows, keys, values, seen, cap, dtype, xp)
+    q_rows, do_rows, keys, values = (xp.asarray(x, real(xp))
                                      for x in (q_rows, do_rows, keys, values))
     unit, under = UNIT[dtype], UNDERFLOW[dtype]
     p, logits, error = f["p"], f["logits"], f["error"]
-    lse = np.where(f["any_seen"], f["lse"], 0.0)
+    lse = xp.where(f["any_seen"], f["lse"], 0.0)
     # P recomputed from the forward's logsumexp: the logit's error, the logsumexp's, the
     # subtraction and the exp.
-    rho = np.where(seen, 1.01 * (error + f["lse_error"][:, None]
-                                 + F32 * np.abs(logits - lse[:, None]) + EXP), 0.0)
-    mag_do = np.abs(do_rows)
+    rho = xp.where(seen, 1.01 * (error + f["lse_error"][:, None]
+                                 + F32 * xp.abs(logits - lse[:, None]) + EXP), 0.0)
+    mag_do = xp.abs(do_rows)
     # D = do · out from the forward's rounded output, summed in float32.
-    delta = np.einsum("nc,nc->n", do_rows, f["out"])
-    out_error = (f["bound"] + unit * np.abs(f["out"])) * (1 + unit)
-    delta_error = (np.einsum("nc,nc->n", mag_do, out_error)
-                   + gamma(do_rows.shape[1] + 1) * np.einsum("nc,nc->n", mag_do,
-                                                              np.abs(f["out"])))
+    delta = xp.einsum("nc,nc->n", do_rows, f["out"])
+    out_error = (f["bound"] + unit * xp.abs(f["out"])) * (1 + unit)
+    delta_error = (xp.einsum("nc,nc->n", mag_do, out_error)
+                   + gamma(do_rows.shape[1] + 1, xp) * xp.einsum("nc,nc->n", mag_do,
+                                                              xp.abs(f["out"])))
     dp = do_rows @ values.T
-    dp_error = gamma(do_rows.shape[1]) * (mag_do @ np.abs(values).T)
+    dp_error = gamma(do_rows.shape[1], xp) * (mag_do @ xp.abs(values).T)
     slope = f["slope"]
-    slope_error = 0.0 if cap is None else (2 * np.abs(logits) * error / cap**2
+    slope_error = 0.0 if cap is None else (2 * xp.abs(logits) * error / cap**2
                                             + (error / cap) ** 2 + 3 * F32)
     centred = dp - delta[:, None]
-    ds = np.where(seen, p * centred * slope, 0.0)
-    ds_error = np.where(seen, 1.01 * (np.abs(ds) * (rho + 5 * F32)
-                                      + p * np.abs(slope) * (dp_error + delta_error[:, None])
-                                      + p * np.abs(centred) * slope_error), 0.0)
-    ds_weight = np.where(seen, ds_error * (1 + unit) + unit * np.abs(ds) + under, 0.0)
-    p_weight = np.where(seen, p * rho * (1 + unit) + unit * p + under, 0.0)
-    mag_k = np.abs(keys)
+    ds = xp.where(seen, p * centred * (slope if cap_gradient else 1.0), 0.0)
+    ds_error = xp.where(seen, 1.01 * (xp.abs(ds) * (rho + 5 * F32)
+                                      + p * xp.abs(slope) * (dp_error + delta_error[:, None])
+                                      + p * xp.abs(centred) * slope_error), 0.0)
+    ds_weight = xp.where(seen, ds_error * (1 + unit) + unit * xp.abs(ds) + under, 0.0)
+    p_weight = xp.where(seen, p * rho * (1 + unit) + unit * p + under, 0.0)
+    mag_k = xp.abs(keys)
     dq = ds @ keys
-    sums = gamma(seen.sum(axis=1) + 2)[:, None]
-    dq_bound = (ds_weight @ mag_k + sums * (np.abs(ds) @ mag_k)) * (1 + unit) + under
+    sums = gamma(seen.sum(axis=1) + 2, xp)[:, None]
+    dq_bound = (ds_weight @ mag_k + sums * (xp.abs(ds) @ mag_k)) * (1 + unit) + under
     return {"dq": dq, "dq_bound": dq_bound, "ds": ds, "ds_weight": ds_weight, "p": p,
-            "p_weight": p_weight, "out": f["out"]}
+            "p_weight": p_weight, "out": f["out"], "out_bound": f["bound"]}
 
 
 Visibility = Callable[[int, np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
@@ -279,12 +287,18 @@ def _gradients_at(inputs: dict[str, np.ndarray], see: Visibility, cap: float | N
             gathered["dv_weight"][to] += b["p_weight"][:, cols].T @ np.abs(do_rows)
             gathered["dv_abs"][to] += b["p"][:, cols].T @ np.abs(do_rows)
             count[to] += seen[:, cols].sum(axis=0)
-    unit, sums = UNIT[dtype], gamma(count + 2)[:, None]
     return {**found, "dq_bound": dq_bound,
-            "dk_bound": (gathered["dk_weight"] + sums * gathered["dk_abs"]) * (1 + unit)
-            + UNDERFLOW[dtype],
-            "dv_bound": (gathered["dv_weight"] + sums * gathered["dv_abs"]) * (1 + unit)
-            + UNDERFLOW[dtype]}
+            "dk_bound": gathered_bound(gathered["dk_weight"], gathered["dk_abs"], count, dtype),
+            "dv_bound": gathered_bound(gathered["dv_weight"], gathered["dv_abs"], count, dtype)}
+
+
+def gathered_bound(weight: np.ndarray, magnitude: np.ndarray, count: np.ndarray, dtype: str,
+                   xp: Any = np) -> np.ndarray:
+    """A dk or dv row's bound from what it gathered over the query rows that see it
+    (``backward_rows``): Σ weight·|x| and Σ |term|·|x| [..., keys, d] over ``count``
+    rows [..., keys]."""
+    unit = UNIT[dtype]
+    return (weight + gamma(count + 2, xp)[..., None] * magnitude) * (1 + unit) + UNDERFLOW[dtype]
 
 
 def every_gradient_bound(params: dict[str, Any], inputs: dict[str, np.ndarray]

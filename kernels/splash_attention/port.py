@@ -13,6 +13,7 @@ returning dq, dk, dv for the cotangent ``do``; ``mgpu_bwd_fused`` the same with 
 kernel for all three (``mgpu_backward_fused``: dK/dV-stationary, dQ by a partitioned
 reduction); ``mgpu_sm100a_bwd`` is the same through
 the Blackwell kernels (``mgpu_forward_sm100``, ``mgpu_backward_sm100``).
+Lowering them for their targets, budgets checked, is ``builds``.
 
 ``mgpu_sm100a`` and ``mgpu_sm100a_mask_tiles`` are the same two forward forms for
 Blackwell (``mgpu_forward_sm100``: tcgen05 MMA, accumulators in tensor memory, warp
@@ -30,7 +31,6 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
-from kernels import mgpu_lowering
 from kernels.splash_attention import (
     ablations,
     block_plan,
@@ -162,7 +162,7 @@ def segment_ids(params: dict[str, Any]):
 @functools.lru_cache(maxsize=16)
 def _plan(mask_json: str, heads: int, seq_len: int, block_q: int, block_kv: int,
           tiles: bool) -> block_plan.BlockPlan:
-    mask = _mask({"seq_len": seq_len, "heads_q": heads, "mask": json.loads(mask_json)})
+    mask = multi_head_mask({"seq_len": seq_len, "heads_q": heads, "mask": json.loads(mask_json)})
     if tiles:
         mask = splash.MultiHeadMask([WithoutIndexFunction(m) for m in mask.masks])
     return block_plan.plan(mask, block_q, block_kv)
@@ -191,7 +191,8 @@ class WithoutIndexFunction(splash.splash_attention_mask.Mask):
         return hash((WithoutIndexFunction, self.mask))
 
 
-def _mask(params: dict[str, Any]) -> splash.MultiHeadMask:
+def multi_head_mask(params: dict[str, Any]) -> splash.MultiHeadMask:
+    """Upstream's mask object for the point (every head's)."""
     return upstream.mask({"seq_len": params["seq_len"], "heads_q": params["heads_q"],
                           "mask": params["mask"]})
 
@@ -250,41 +251,42 @@ def _refuse_interpreter(variant: str, interpret) -> None:
                          "tensor memory)")
 
 
-def _blackwell_backward(params: dict[str, Any]):
+def make_blackwell_backward(params: dict[str, Any]):
     """The sm_100a backward's launches behind one call (``mgpu_backward_sm100.make``)."""
     config = blackwell_backward_tuning(params)
-    mask = _mask(params)
+    mask = multi_head_mask(params)
     return mgpu_backward_sm100.make(
         problem(params), config, plan("mgpu_sm100a_bwd", params),
         block_plan.plan_dkv(mask, config.block, mgpu_backward_sm100.TILE, params["heads_kv"]))
 
 
-def _fused_backward(params: dict[str, Any], interpret=None):
+def make_fused_backward(params: dict[str, Any], interpret=None):
     """The Hopper backward in one kernel (``mgpu_backward_fused.make``)."""
     config = fused_backward_tuning(params)
     tiles = config.tiles
     return mgpu_backward_fused.make(
         problem(params, return_lse=True), config,
-        block_plan.plan_dkv(_mask(params), tiles.block_q, tiles.block_kv, params["heads_kv"]),
+        block_plan.plan_dkv(multi_head_mask(params), tiles.block_q, tiles.block_kv,
+                            params["heads_kv"]),
         interpret=interpret)
 
 
 def make_backward(variant: str, params: dict[str, Any], interpret=None):
     """``f(q, k, v, do) -> {"dq", "dk", "dv"}``: jax.vjp through the port (Hopper's
     kernels, or Blackwell's forward with logsumexp and backward)."""
-    mask = _mask(params)
+    mask = multi_head_mask(params)
     seg = segment_ids(params)
     if variant in FUSED_BACKWARD:
         forward = mgpu_forward.make(problem(params, return_lse=True), tuning(params),
                                     plan("mgpu", params), interpret=interpret)
         segments = () if seg is None else (seg.q, seg.kv)
-        attend = mgpu_autodiff.joined(forward, _fused_backward(params, interpret), segments)
+        attend = mgpu_autodiff.joined(forward, make_fused_backward(params, interpret), segments)
     elif variant in BLACKWELL_BACKWARD:
         _refuse_interpreter(variant, interpret)
         forward = mgpu_forward_sm100.make(problem(params, return_lse=True),
                                           blackwell_tuning(params), plan("mgpu_sm100a", params))
         segments = () if seg is None else (seg.q, seg.kv)
-        attend = mgpu_autodiff.joined(forward, _blackwell_backward(params), segments)
+        attend = mgpu_autodiff.joined(forward, make_blackwell_backward(params), segments)
     else:
         def attend(q, k, v):
             return mgpu_autodiff.splash_attention(
@@ -297,186 +299,3 @@ def make_backward(variant: str, params: dict[str, Any], interpret=None):
         return dict(zip(("dq", "dk", "dv"), vjp(do.astype(q.dtype)), strict=True))
 
     return gradients
-
-
-def arg_shapes(params: dict[str, Any]) -> tuple[jax.ShapeDtypeStruct, ...]:
-    dtype = jnp.dtype(params["dtype"])
-    s, d = params["seq_len"], params["head_dim"]
-    return (jax.ShapeDtypeStruct((params["heads_q"], s, d), dtype),
-            jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype),
-            jax.ShapeDtypeStruct((params["heads_kv"], s, d), dtype))
-
-
-def _lower_backward(backward, params: dict[str, Any]) -> dict[str, Any]:
-    """Lower ``backward(q, k, v, out, lse, do, *segments)`` at the point's shapes."""
-    q, k, v = arg_shapes(params)
-    lse = jax.ShapeDtypeStruct((params["heads_q"], params["seq_len"]), jnp.float32)
-    seg = segment_ids(params)
-    segments = () if seg is None else (seg.q, seg.kv)
-    return mgpu_lowering.lower_for_cuda(lambda *args: backward(*args, *segments),
-                                        (q, k, v, q, lse, q))
-
-
-def build_backward(params: dict[str, Any]) -> dict[str, Any]:
-    """Lower the dQ and dK/dV kernels for sm_90a; each one's launch and shared memory."""
-    config = backward_tuning(params)
-    mask = _mask(params)
-    the_problem = problem(params)
-    budget = mgpu_backward.smem_bytes(the_problem, config, has_tiles=False)
-    for kernel_name, asked in budget.items():
-        if asked > mgpu_forward.SMEM_LIMIT_BYTES:
-            raise ValueError(f"mgpu_bwd ({kernel_name} kernel) at {params}: {asked} bytes of "
-                             f"shared memory exceed the {mgpu_forward.SMEM_LIMIT_BYTES}-byte "
-                             f"limit ({config})")
-    dq_plan = block_plan.plan(mask, config.block_q, config.block_kv)
-    backward = mgpu_backward.make(
-        the_problem, config, dq_plan,
-        block_plan.plan_dkv(mask, config.block_q, config.block_kv, params["heads_kv"]))
-    lowered = _lower_backward(backward, params)
-    tuning_facts = {"block_q": config.block_q, "block_kv": config.block_kv,
-                    "stages": config.stages}
-    return {
-        "artifacts": [{
-            "target": "cuda sm_90a",
-            "kind": f"Pallas Mosaic GPU {name} kernel (lowered on CPU, not run)",
-            "seconds": lowered["seconds"],
-            "facts": {**launch, "kernel": name, "smem_limit_bytes":
-                      mgpu_forward.SMEM_LIMIT_BYTES, "tuning": tuning_facts,
-                      "mask_source": "upstream mask function on iota"}}
-            for name, launch in zip(("dq", "dkv"), lowered["launches"], strict=True)],
-        "block_census": dq_plan.census(),
-        "block_table_heads": dq_plan.mask_heads,
-    }
-
-
-def build_fused_backward(params: dict[str, Any]) -> dict[str, Any]:
-    """Lower the fused backward for sm_90a: its launch, shared memory, and the bytes of
-    its dQ reduction's f32 partitions; where no tile choice fits the budget (head dim
-    256), nothing, and why (a row given in ``bwd_tiles`` that does not fit fails)."""
-    config = fused_backward_tuning(params)
-    the_problem = problem(params)
-    asked = mgpu_backward_fused.smem_bytes(the_problem, config, has_tiles=False)
-    over = (f"{asked:,} bytes of shared memory exceed the "
-            f"{mgpu_forward.SMEM_LIMIT_BYTES:,}-byte limit ({config})")
-    if asked > mgpu_forward.SMEM_LIMIT_BYTES and not params.get("bwd_tiles"):
-        return {"artifacts": [], "out_of_scope": (
-            f"no tile choice fits at head dim {params['head_dim']}: {over}; the two-kernel "
-            "backward (mgpu_bwd) covers it")}
-    if asked > mgpu_forward.SMEM_LIMIT_BYTES:
-        raise ValueError(f"mgpu_bwd_fused at {params}: {over}")
-    lowered = _lower_backward(_fused_backward(params), params)
-    (launch,) = lowered["launches"]
-    tiles = config.tiles
-    dq_plan = plan("mgpu", params)
-    return {
-        "artifacts": [{
-            "target": "cuda sm_90a",
-            "kind": "Pallas Mosaic GPU fused dq+dk+dv kernel (lowered on CPU, not run)",
-            "seconds": lowered["seconds"],
-            "facts": {**launch, "kernel": "dq+dk+dv",
-                      "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
-                      "tuning": {"block_q": tiles.block_q, "block_kv": tiles.block_kv,
-                                 "stages": tiles.stages, "dq_partitions": config.partitions},
-                      "dq_partial_bytes": mgpu_backward_fused.partial_bytes(the_problem, config),
-                      "mask_source": "upstream mask function on iota"}}],
-        "block_census": dq_plan.census(),
-        "block_table_heads": dq_plan.mask_heads,
-    }
-
-
-def _forward_build(forward, params: dict[str, Any], the_plan: block_plan.BlockPlan,
-                   target: str, kind: str, tuning_facts: dict[str, int]) -> dict[str, Any]:
-    """Lower a forward kernel, budgets checked: its launch facts and block census."""
-    lowered = mgpu_lowering.lower_for_cuda(forward, arg_shapes(params))
-    (launch,) = lowered["launches"]
-    return {
-        "artifacts": [{
-            "target": target, "kind": kind, "seconds": lowered["seconds"],
-            "facts": {**launch, "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
-                      "tuning": tuning_facts,
-                      "mask_source": ("MaskInfo partial tiles (TMA)"
-                                      if the_plan.mask_function is None
-                                      else "upstream mask function on iota")}}],
-        "block_census": the_plan.census(),
-        "block_table_heads": the_plan.mask_heads,
-    }
-
-
-def build_blackwell(variant: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Lower for sm_100a; grid, block, shared memory and tensor-memory columns against
-    their limits, the MMA's kind, block census."""
-    config = blackwell_tuning(params)
-    the_plan = plan(variant, params)
-    try:
-        mgpu_forward_sm100.check(problem(params), config, the_plan.mask_function is None)
-    except ValueError as error:
-        raise ValueError(f"{variant} at {params}: {error}") from None
-    return _forward_build(
-        make(variant, params), params, the_plan, "cuda sm_100a",
-        "Pallas Mosaic GPU kernel for Blackwell (lowered on CPU, not run)",
-        {"block_q": config.block_q, "block_kv": config.block_kv, "stages": config.stages,
-         "q_tiles_in_flight": config.q_tiles})
-
-
-def build_blackwell_backward(params: dict[str, Any]) -> dict[str, Any]:
-    """Lower the sm_100a backward's launches (dq, then dk+dv or dv and dk apart), each
-    one's launch, shared memory and tensor-memory columns against the limits."""
-    config = blackwell_backward_tuning(params)
-    the_plan = plan("mgpu_sm100a_bwd", params)
-    try:
-        mgpu_backward_sm100.check(problem(params), config, the_plan.mask_function is None)
-    except ValueError as error:
-        raise ValueError(f"mgpu_sm100a_bwd at {params}: {error}") from None
-    backward = _blackwell_backward(params)
-    lowered = _lower_backward(backward, params)
-    names = ["dq", *("+".join(parts) for parts in mgpu_backward_sm100.dkv_parts(
-        problem(params), config))]
-    return {
-        "artifacts": [{
-            "target": "cuda sm_100a",
-            "kind": f"Pallas Mosaic GPU {name} kernel for Blackwell (lowered on CPU, not run)",
-            "seconds": lowered["seconds"],
-            "facts": {**launch, "kernel": name,
-                      "smem_limit_bytes": mgpu_forward.SMEM_LIMIT_BYTES,
-                      "tuning": {"tile": mgpu_backward_sm100.TILE, "block": config.block,
-                                 "stages": config.stages},
-                      "mask_source": "upstream mask function on iota"}}
-            for name, launch in zip(names, lowered["launches"], strict=True)],
-        "block_census": the_plan.census(),
-        "block_table_heads": the_plan.mask_heads,
-    }
-
-
-def build(variant: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Lower for the variant's architecture; grid, block, shared memory against the
-    limit (and tensor memory on sm_100a), block census."""
-    if variant in BLACKWELL_BACKWARD:
-        return build_blackwell_backward(params)
-    if variant in BACKWARD_VARIANTS:
-        return build_backward(params)
-    if variant in FUSED_BACKWARD:
-        return build_fused_backward(params)
-    if variant in BLACKWELL_FORWARD:
-        return build_blackwell(variant, params)
-    return _hopper_build(variant, make(variant, params), tuning(params), plan(variant, params),
-                         params)
-
-
-def build_ablation(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Lower ablation ``name`` for sm_90a as ``build`` lowers its variant."""
-    config, _ = ablations.configured(name, tuning(params))
-    return _hopper_build(name, make_ablation(name, params), config,
-                         plan(ablations.find(name).of, params), params)
-
-
-def _hopper_build(name: str, forward, config: mgpu_forward.TuningConfig,
-                  the_plan: block_plan.BlockPlan, params: dict[str, Any]) -> dict[str, Any]:
-    budget = mgpu_forward.smem_bytes(problem(params), config, the_plan.mask_function is None)
-    if budget > mgpu_forward.SMEM_LIMIT_BYTES:
-        raise ValueError(f"{name} at {params}: {budget} bytes of shared memory exceed the "
-                         f"{mgpu_forward.SMEM_LIMIT_BYTES}-byte limit ({config})")
-    return _forward_build(
-        forward, params, the_plan, "cuda sm_90a",
-        "Pallas Mosaic GPU kernel (lowered on CPU, not run)",
-        {"block_q": config.block_q, "block_kv": config.block_kv, "stages": config.stages,
-         "compute_warpgroups": config.compute_wgs})

@@ -329,7 +329,8 @@ def test_an_autotune_step_tunes_its_points_first_in_order_then_the_table(tmp_pat
     assert asked() == [*choices[3:], ["autotune"]]
     monkeypatch.chdir(paths.SOURCE_ROOT)
     window["steps"][index] = {k: v for k, v in step.items() if k != "case"}
-    with pytest.raises(CasebookError, match="only a measure or autotune step names points"):
+    with pytest.raises(CasebookError,
+                       match="only a measure, check_power or autotune step names points"):
         bad = Path(tempfile.mkdtemp()) / "plan.yaml"
         bad.write_text(yaml.safe_dump(window))
         gpu_window.load(bad)
@@ -377,13 +378,21 @@ def test_a_tpu_measure_step_takes_the_points_measured_there_alone(tmp_path):
         paths.compare_record("tpu-v5e", "splash_attention", "s4k_d128_causal")]
     assert paths.compare_record("tpu-v5e", "splash_attention", "s4k_d128_local") in [
         a[-1] for a in every]
+    window["steps"] = [{"name": "check_power", "case": "splash_attention", "budget_s": 5,
+                        "what": "z", "points": ["s32k_d128_causal", "s4k_d128_local"]}]
+    path.write_text(yaml.safe_dump(window))
+    [power] = gpu_window.commands(gpu_window.load(path), "tpu-v5e", "o")
+    assert [a[-1] for a in power] == [
+        paths.check_power_record("tpu-v5e", "splash_attention", p)
+        for p in ("s32k_d128_causal", "s4k_d128_local")]
 
 
 @pytest.mark.parametrize("step, key, message", [
     ({"name": "measure", "case": "splash_attention", "points": ["nope"]}, "steps.0.points",
      "nope is not a point of splash_attention"),
     ({"name": "case", "case": "splash_attention", "points": ["mha_causal_f16"]},
-     "steps.0.points", "only a measure or autotune step names points"),
+     "steps.0.points", "only a measure, check_power or autotune step names points"),
+    ({"name": "check_power"}, "steps.0.case", "a check_power step names its case"),
     ({"name": "measure", "case": "no_such_case"}, "steps.0.case", "no_such_case is not a case"),
     ({"name": "measure"}, "steps.0.case", "a measure step names its case"),
 ])
@@ -756,13 +765,15 @@ def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatc
 
 
 def test_the_tpu_plans_measure_cases_01_and_03_before_case_02():
-    """Cases 01 and 03 (a few minutes) come before case 02's measurements, whose last
-    point holds the chip most of a window, each step taking the rest; the dry run lists
-    each of their comparisons."""
+    """Cases 01 and 03 (a few minutes) come before case 02's measurements, which hold the
+    chip for windows, each step taking the rest, and case 02's check power last; the dry
+    run lists each of their comparisons."""
     for plan in ("configs/tpu-window.yaml", "configs/tpu-window-short.yaml"):
         steps = gpu_window.load(paths.SOURCE_ROOT / plan)["steps"]
-        assert [s.get("case") for s in steps] == [
-            None, "splash_attention", "moe_nvfp4", "grouped_gemm_fp8_bf16", "splash_attention"]
+        assert [(s["name"], s.get("case")) for s in steps] == [
+            ("records", None), ("autotune", "splash_attention"), ("measure", "moe_nvfp4"),
+            ("measure", "grouped_gemm_fp8_bf16"), ("measure", "splash_attention"),
+            ("check_power", "splash_attention")]
         done = subprocess.run([sys.executable, "-m", "casebook.hosts.gpu_window", "--plan", plan,
                                "--target", "tpu-v5e", "--dry-run"], cwd=paths.SOURCE_ROOT,
                               capture_output=True, text=True)

@@ -167,16 +167,19 @@ def test_the_rule_writes_a_schema_checked_record(tmp_path):
         records.read(str(out), "check_power")
 
 
-def test_a_point_whose_oracle_answers_sampled_rows_is_refused_by_name():
-    """Past a case's dense oracle (splash attention from S 2048) the oracle answers some
-    rows only; mutants are made from whole outputs, so the stage refuses, naming the
-    case file, the key and the rows, instead of failing inside a mutant."""
+def test_a_point_whose_model_outputs_are_sampled_rows_is_refused_by_name():
+    """Past a case's dense oracle the oracle answers some rows only; a case with no whole
+    reference to make its model outputs from gives sampled rows there too, and mutants are
+    whole outputs, so the stage refuses, naming the case file, the key and the rows,
+    instead of failing inside a mutant (splash attention makes them whole: its
+    tests/splash_attention/test_splash_near_misses.py)."""
     from kernels import contract
 
     case = toy([bias("y", 0.1)])
     case.oracle = lambda params, inputs: {"y": contract.SampledRows(
         (params["n"],), (np.arange(4),), lambda: 2 * inputs["x"][:4], seed=1)}
-    with pytest.raises(CasebookError, match=r"toy\.yaml: points: check power needs the "
-                       r"oracle's whole outputs; at big it answers sampled rows only: "
+    case.model_outputs = lambda params, inputs, want: want
+    with pytest.raises(CasebookError, match=r"toy\.yaml: points: check power needs whole "
+                       r"model outputs; at big the case gives sampled rows only: "
                        r"y \(4 of 64 rows\)"):
         check_power.measure(case, PARAMS, SPEC, "toy.yaml", "big")

@@ -217,6 +217,31 @@ def test_a_weak_check_is_one_alarm_per_variant_naming_its_points():
                       "point's line says what it lets through"]
 
 
+def test_a_point_checked_on_sampled_rows_says_what_checked_every_element():
+    ev = evidence(interpret=False, gpus=[], kernel_s=1, baseline_s=1)
+    ev.spec = {"points": [{"name": "p"}],
+               "tolerances": {"float32": {"atol": 0, "rtol": 1e-6, "reason": "r"}}}
+    every = {"passed": True, "reference": "float32 reference on TPU v5 lite (x)",
+             "elements": 64, "elements_over": 0, "worst_error_over_tolerance": 0.25}
+    check = {"passed": True, "outputs": {
+        "dq": {"passed": True, "sampled": {"rows": 4, "of": 8, "seed": 1},
+               "every_element": every},
+        "dk": {"passed": True, "every_element": {**every, "worst_error_over_tolerance": 0.5}}}}
+    ev.verify["v", "p"] = {**ev.verify["v", "p"], "oracle": "o", "checks": [check],
+                           "worst_error_over_tolerance": 0.5, "max_abs_error": 1e-7,
+                           "trials": 1, "seed": 1, "races_found": False, "failures": []}
+    [line] = [x for x in conditions.correctness(ev) if x.startswith("v @ p")]
+    assert ("every element also checked against the float32 reference on TPU v5 lite (x) "
+            "(worst 0.5×)") in line
+    check["outputs"]["dk"]["every_element"] |= {"worst_error_over_tolerance": None,
+                                                 "elements_over": 3, "passed": False}
+    [line] = [x for x in conditions.correctness(ev) if x.startswith("v @ p")]
+    assert "(worst undefined: non-finite, 3 elements over)" in line
+    del check["outputs"]["dq"]["every_element"], check["outputs"]["dk"]["every_element"]
+    [line] = [x for x in conditions.correctness(ev) if x.startswith("v @ p")]
+    assert "every element" not in line
+
+
 def test_the_status_names_a_numerics_model_as_what_was_verified():
     ev = evidence(interpret=False, gpus=[], kernel_s=1, baseline_s=1)
     ev.verify["v", "p"]["checks"][0]["execution"] = {

@@ -25,6 +25,7 @@ from kernels import mgpu_interpret, mgpu_lowering
 from kernels.splash_attention import (
     block_plan,
     bounds,
+    builds,
     mgpu_autodiff,
     mgpu_backward,
     mgpu_forward,
@@ -268,7 +269,7 @@ def test_an_over_budget_backward_fails_the_build_naming_it():
               "bwd_tiles": {"block_q": 128, "block_kv": 128, "stages": 2}}
     with pytest.raises(ValueError, match=r"mgpu_bwd \(dq kernel\).*exceed the 232448-byte "
                                          r"limit.*block_q=128"):
-        port.build("mgpu_bwd", params)
+        builds.build("mgpu_bwd", params)
 
 
 def test_the_default_backward_tiles_fit_every_head_dim():

@@ -16,6 +16,7 @@ import pytest
 from kernels import mgpu_interpret
 from kernels.splash_attention import (
     block_plan,
+    builds,
     mgpu_autodiff,
     mgpu_backward,
     mgpu_backward_fused,
@@ -116,17 +117,17 @@ def test_a_configuration_over_budget_or_with_more_partitions_than_kv_blocks_is_r
 def test_lowered_at_the_publishable_sizes_with_its_reduction_buffer():
     params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 128,
               "mask": {"kind": "causal"}, "dtype": "bfloat16"}
-    (artifact,) = port.build("mgpu_bwd_fused", params)["artifacts"]
+    (artifact,) = builds.build("mgpu_bwd_fused", params)["artifacts"]
     facts = artifact["facts"]
     assert facts["kernel"] == "dq+dk+dv" and facts["block"][0] == 128
     assert facts["dynamic_smem_bytes"] <= facts["smem_limit_bytes"]
     parts = facts["tuning"]["dq_partitions"]
     assert parts == port.SM_COUNT // 16 and sorted(facts["grid"])[-2:] == sorted([parts, 16])
     assert facts["dq_partial_bytes"] == parts * 16 * 128 * 4096 * 4
-    wide = port.build("mgpu_bwd_fused", {**params, "head_dim": 256})
+    wide = builds.build("mgpu_bwd_fused", {**params, "head_dim": 256})
     assert wide["artifacts"] == [] and "no tile choice fits at head dim 256" in \
         wide["out_of_scope"]
     with pytest.raises(ValueError, match="exceed"):
-        port.build("mgpu_bwd_fused", {**params, "head_dim": 256,
+        builds.build("mgpu_bwd_fused", {**params, "head_dim": 256,
                                       "bwd_tiles": {"block_q": 64, "block_kv": 64,
                                                     "stages": 2}})

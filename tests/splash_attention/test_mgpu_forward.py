@@ -24,7 +24,15 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from casebook.core import paths
 from casebook.stages.verify import compare
 from kernels import mgpu_interpret, mgpu_lowering
-from kernels.splash_attention import block_plan, bounds, mgpu_forward, oracle_f64, port, problems
+from kernels.splash_attention import (
+    block_plan,
+    bounds,
+    builds,
+    mgpu_forward,
+    oracle_f64,
+    port,
+    problems,
+)
 from kernels.splash_attention.problems import (
     MASK_CASE_IDS,
     MASK_CASES,
@@ -278,7 +286,7 @@ def test_two_compute_warpgroups_lower_with_a_producer_warpgroup():
     params = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 128,
               "mask": {"kind": "causal"}, "dtype": "bfloat16",
               "tiles": {"block_q": 128, "block_kv": 128, "stages": 2, "compute_wgs": 2}}
-    facts = port.build("mgpu", params)["artifacts"][0]["facts"]
+    facts = builds.build("mgpu", params)["artifacts"][0]["facts"]
     assert facts["grid"] == [4096 // 128, 16, 1]
     assert facts["block"] == [384, 1, 1]  # 2 consumer warpgroups + 1 producer
     assert facts["dynamic_smem_bytes"] <= mgpu_forward.SMEM_LIMIT_BYTES
@@ -301,7 +309,7 @@ def test_publishable_sizes_lower_for_sm90a_within_shared_memory(variant, seq_len
                                                                  mask):
     params = {"heads_q": 16, "heads_kv": 16, "seq_len": seq_len, "head_dim": head_dim,
               "mask": mask, "dtype": "bfloat16"}
-    built = port.build(variant, params)
+    built = builds.build(variant, params)
     facts = built["artifacts"][0]["facts"]
     config = port.tuning(params)
     assert facts["grid"] == [seq_len // config.block_q, 16, 1]
@@ -319,7 +327,7 @@ def test_an_over_budget_configuration_fails_naming_it():
               "mask": {"kind": "causal"}, "dtype": "float16",
               "tiles": {"block_q": 128, "block_kv": 128, "stages": 3}}
     with pytest.raises(ValueError, match=r"exceed the 232448-byte limit.*block_q=128"):
-        port.build("mgpu", params)
+        builds.build("mgpu", params)
 
 
 @pytest.mark.timeout(120)
@@ -331,7 +339,7 @@ def test_the_launch_facts_come_from_the_lowered_module():
     for stages in (1, 2):
         tiles = {"block_q": 64, "block_kv": 64, "stages": stages}
         fn = port.make("mgpu", {**params, "tiles": tiles})
-        (launch,) = mgpu_lowering.lower_for_cuda(fn, port.arg_shapes(params))["launches"]
+        (launch,) = mgpu_lowering.lower_for_cuda(fn, builds.arg_shapes(params))["launches"]
         smem.append(launch["dynamic_smem_bytes"])
     per_stage = (64 * 64 + 64 * 64) * 2  # one K^T tile and one V tile, f16
     assert smem[1] - smem[0] >= per_stage

@@ -81,7 +81,7 @@ def _dense_baseline_check(params, scale):
     # Outputs near 1e-6: f16 subnormals, whose rounding is half a step whatever |out|.
     ("float16", {"v": 1e-6}, "UNDERFLOW", {"float16": 0.0}),
     # Logits up to ~8: float32 dot products and sums over 384 keys.
-    ("float32", {"q": 8.0}, "gamma", lambda n: np.zeros_like(np.asarray(n, np.float64)))])
+    ("float32", {"q": 8.0}, "gamma", lambda n, xp=np: np.zeros_like(np.asarray(n, np.float64)))])
 def test_a_correct_execution_fails_without_the_term_that_covers_it(dtype, scale, term,
                                                                    dropped, monkeypatch):
     check = _dense_baseline_check(problem(dtype), scale)

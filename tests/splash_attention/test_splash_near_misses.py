@@ -121,6 +121,9 @@ def test_partial_block_is_partial():
         b = near_misses.BLOCK
         block = masks.visible(params)[i * b:(i + 1) * b, j * b:(j + 1) * b]
         assert block.any() and not block.all()
+        n = params["seq_len"]
+        np.testing.assert_array_equal(near_misses.block_counts(params), masks.visible(
+            params).reshape(n // b, b, n // b, b).sum(axis=(1, 3)))
 
 
 def test_straight_through_soft_cap_changes_only_the_cap_derivative(rng):
@@ -160,11 +163,61 @@ def test_the_next_key_mutant_leaks_exactly_the_hidden_next_keys(name, rng, monke
     params = POINTS[name]
     inputs = splash.make_inputs(params, rng)
     seen = []
-    monkeypatch.setattr(near_misses, "_forward",
-                        lambda params, inputs, visible, cap: seen.append(visible))
+    monkeypatch.setattr(near_misses.oracle_f64, "attention",
+                        lambda q, k, v, visible, soft_cap: seen.append(visible) or q)
     (mutant,) = [m for m in splash.mutants(params) if m.name == "next_key_seen"]
     mutant.make(params, inputs, {}, None)
     visible = masks.visible(params)
     added = np.argwhere(seen[0] & ~visible)
     assert len(added) and (added[:, 1] == added[:, 0] + 1).all()
     assert (seen[0] | ~visible).all()  # nothing visible was hidden
+
+
+# -- past the dense oracle: sampled rows, and every element on the device -----------------
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_each_mutant_from_the_device_reference_is_its_dense_form(name, rng):
+    """Where the oracle answers sampled rows, a mutant is made from the float32 reference
+    on the device (oracle_f32) with the same change to the problem: at a float32 point the
+    two forms agree to float32's rounding."""
+    params = {**POINTS[name], "dtype": "float32"}
+    inputs = splash.make_inputs(params, rng)
+    dense = splash.oracle(params, inputs)
+    sampled = splash.sampled_oracle(params, inputs, 1, count=4)
+    correct = splash.model_outputs(params, inputs, dense)
+    for mutant in splash.mutants(params):
+        if mutant.name.startswith("bias") or mutant.name.endswith("zeroed"):
+            continue  # made from the correct output, whatever the oracle
+        want = mutant.make(params, inputs, dense, correct[mutant.output])
+        got = mutant.make(params, inputs, sampled, correct[mutant.output])
+        if want is None:
+            assert got is None, mutant.name
+            continue
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * scale, err_msg=mutant.name)
+        assert got.dtype == want.dtype
+
+
+@pytest.fixture(scope="module", params=sorted(POINTS))
+def measured_sampled(request):
+    """check_power at each point with the oracle answering sampled rows (as from S 2048)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(splash, "ROWS_FROM_SEQ_LEN", 64)
+        name = request.param
+        found = check_power.measure(splash, POINTS[name], SPEC, PATH)
+    print(f"\n{name} sampled (seed {found['seed']}): caught {found['caught']} of "
+          f"{found['applicable']}; smallest bias detected "
+          + ", ".join(f"{o} {b:.3g}" if b is not None else f"{o} none"
+                      for o, b in found["smallest_bias_detected"].items()))
+    return name, found
+
+
+def test_at_sampled_sizes_the_controls_pass_and_every_mutant_is_caught(measured_sampled):
+    name, found = measured_sampled
+    for output, control in found["controls"].items():
+        assert control["passed"] and control["passed_poisoned"], (name, output)
+    rows = [r for r in found["mutants"] if r["applicable"]]
+    assert found["applicable"] == len(rows) >= 9
+    for row in rows:
+        if (name, row["output"], row["name"]) != DQ_MQA:
+            assert row["caught"], (name, row)

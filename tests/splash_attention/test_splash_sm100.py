@@ -16,6 +16,7 @@ import kernels.splash_attention as case
 from casebook.core import config
 from kernels import contract, mgpu_lowering
 from kernels.splash_attention import (
+    builds,
     mgpu_backward_sm100,
     mgpu_forward,
     mgpu_forward_sm100,
@@ -126,7 +127,7 @@ def test_the_forward_returns_logsumexp_for_a_backward():
     tiles = port.blackwell_tuning(params)
     forward = mgpu_forward_sm100.make(port.problem(params, return_lse=True), tiles,
                                       port.plan("mgpu_sm100a", params))
-    q, k, v = port.arg_shapes(params)
+    q, k, v = builds.arg_shapes(params)
     out, lse = jax.eval_shape(lambda q, k, v: forward(q, jnp.swapaxes(k, 1, 2), v), q, k, v)
     assert out.shape == q.shape and lse.shape == q.shape[:2] and lse.dtype == jnp.float32
     (launch,) = mgpu_lowering.lower_for_cuda(

@@ -34,8 +34,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]
 
 PROFILE = paths.SOURCE_ROOT / "workflow/profiles/slurm"
 CASE = tiny_case(variants=("upstream",))
-GPU_RULES = {"env", "host", "verify", "noise_floor", "time", "ablate", "baseline", "compare"}
-CPU_RULES = {"lower", "lower_build_only", "build", "check_power", "figures", "page", "methods",
+GPU_RULES = {"env", "host", "verify", "check_power", "noise_floor", "time", "ablate", "baseline",
+             "compare"}
+CPU_RULES = {"lower", "lower_build_only", "build", "figures", "page", "methods",
              "records", "static", "index", "site"}
 MEASUREMENT_RULES = {"noise_floor", "time", "baseline", "compare"}
 # What a verify record says about correctness, apart from its fresh draws and errors.

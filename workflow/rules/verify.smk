@@ -19,7 +19,9 @@ rule verify:
         "../scripts/verify.py"
 
 
-# The check-power stage: near-miss mutants of each point through verify's own check.
+# The check-power stage: near-miss mutants of each point through verify's own check, on
+# the target's device as verify checks there (splash attention's every-element reference
+# past its dense oracle runs on the device).
 rule check_power:
     input:
         case_inputs,
@@ -31,6 +33,9 @@ rule check_power:
     priority: 1
     log:
         paths.log("check_power", "{target}", "{case}", "{point}"),
+    resources:
+        gpu=target_gpus,
+        constraint=target_constraint,
     script:
         "../scripts/check_power.py"
 
