@@ -164,9 +164,14 @@ def _every_element(record: dict[str, Any]) -> str:
         return ""
     worst = [e["worst_error_over_tolerance"] for e in found]
     over = sum(e.get("elements_over", 0) for e in found)
+    rows = [o["sampled"]["worst_error_over_tolerance"] for c in record["checks"]
+            for o in c.get("outputs", {}).values()
+            if "worst_error_over_tolerance" in o.get("sampled", {})]
     return (f"; every element also checked against the {found[0]['reference']} (worst "
             + (f"{max(worst):.3g}×" if None not in worst else "undefined: non-finite")
-            + (f", {over} elements over" if over else "") + ")")
+            + (f", {over} elements over" if over else "")
+            + (f"; the sampled float64 rows' worst {max(rows):.3g}×"
+               if rows and None not in rows else "") + ")")
 
 
 def _worst_text(worst: dict[str, float | None]) -> str:

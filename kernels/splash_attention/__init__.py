@@ -185,6 +185,7 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
     every = oracle_f32.check(got, *whole, tolerance["atol"], tolerance["rtol"])
     worst = [found["worst_error_over_tolerance"], every.get("worst_error_over_tolerance")]
     return {**found, "every_element": {**every, "reference": oracle_f32.described()},
+            "sampled": {**sample, "worst_error_over_tolerance": worst[0]},
             "passed": found["passed"] and every["passed"],
             "worst_error_over_tolerance": None if None in worst else max(worst)}
 

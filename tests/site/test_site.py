@@ -224,7 +224,8 @@ def test_a_point_checked_on_sampled_rows_says_what_checked_every_element():
     every = {"passed": True, "reference": "float32 reference on TPU v5 lite (x)",
              "elements": 64, "elements_over": 0, "worst_error_over_tolerance": 0.25}
     check = {"passed": True, "outputs": {
-        "dq": {"passed": True, "sampled": {"rows": 4, "of": 8, "seed": 1},
+        "dq": {"passed": True, "sampled": {"rows": 4, "of": 8, "seed": 1,
+                                            "worst_error_over_tolerance": 0.125},
                "every_element": every},
         "dk": {"passed": True, "every_element": {**every, "worst_error_over_tolerance": 0.5}}}}
     ev.verify["v", "p"] = {**ev.verify["v", "p"], "oracle": "o", "checks": [check],
@@ -232,11 +233,12 @@ def test_a_point_checked_on_sampled_rows_says_what_checked_every_element():
                            "trials": 1, "seed": 1, "races_found": False, "failures": []}
     [line] = [x for x in conditions.correctness(ev) if x.startswith("v @ p")]
     assert ("every element also checked against the float32 reference on TPU v5 lite (x) "
-            "(worst 0.5×)") in line
+            "(worst 0.5×; the sampled float64 rows' worst 0.125×)") in line
     check["outputs"]["dk"]["every_element"] |= {"worst_error_over_tolerance": None,
                                                  "elements_over": 3, "passed": False}
     [line] = [x for x in conditions.correctness(ev) if x.startswith("v @ p")]
-    assert "(worst undefined: non-finite, 3 elements over)" in line
+    assert ("(worst undefined: non-finite, 3 elements over; the sampled float64 rows' worst "
+            "0.125×)") in line
     del check["outputs"]["dq"]["every_element"], check["outputs"]["dk"]["every_element"]
     [line] = [x for x in conditions.correctness(ev) if x.startswith("v @ p")]
     assert "every element" not in line
