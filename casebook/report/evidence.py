@@ -110,6 +110,17 @@ class Evidence:
             made[key]["sources_sha256"] != want
             for key, want in self.current_sha256.items() if key in made)
 
+    def stale_at(self, variant: str, point: str) -> bool:
+        """``stale`` for what a figure of ``variant`` at ``point`` shows: its build or its
+        verification made from other sources or another config slice, or its verification
+        or time with another tile-table row."""
+        made = {(variant, None): self.builds.get(variant),
+                (variant, point): self.verify.get((variant, point))}
+        return (variant, point) in self.retuned or any(
+            record is not None and key in self.current_sha256
+            and record["sources_sha256"] != self.current_sha256[key]
+            for key, record in made.items())
+
     def power(self, variant: str, point: str) -> dict[str, Any] | None:
         """The check's power for what ``variant`` computes at ``point`` (the outputs its
         verification checked); None where no check_power record or no check exists."""

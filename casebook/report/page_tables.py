@@ -133,7 +133,8 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
     verified (worst error over tolerance), check power, median and interval, the paired
     verdict against each baseline (with the baseline's own fraction of the speed of light
     where it has one: a slow baseline reads as such), the fraction of the speed of light.
-    A failed check or a WEAK one is marked."""
+    A failed check or a WEAK one is marked, and so is a row whose records were made from
+    other kernel sources, config or tile-table row than the current ones (STALE)."""
     rows, failed = [], []
     for ev in evs:
         verdicts: dict[tuple[str, str], list[str]] = {}
@@ -151,8 +152,10 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
             worst = check.get("worst_error_over_tolerance")
             sol = status.sol_fraction(record)
             power = _power_text(ev, variant, point)
+            stale = ev.stale_at(variant, point)
             rows.append({
-                "target": ev.target, "variant": variant, "point": point,
+                "target": ev.target + (" (STALE)" if stale else ""), "variant": variant,
+                "point": point,
                 "verified": ("passed" if check.get("passed") else "FAILED")
                 + (f" ({worst:.2g} of tol.)" if worst is not None else ""),
                 "check power": power,
@@ -161,7 +164,7 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
                 "against baselines": "; ".join(verdicts.get((variant, point), []))
                 or untimed_baselines(ev, variant, point),
                 "of SOL": None if sol is None else f"{sol:.1%}"})
-            failed.append(not check.get("passed") or power.startswith("WEAK"))
+            failed.append(not check.get("passed") or power.startswith("WEAK") or stale)
     return _html(rows, failed, "summary-device" if on_device else "summary-host")
 
 

@@ -458,6 +458,14 @@ def test_the_case_page_opens_with_every_device_timed_result_the_host_times_apart
     host.check_power["p"]["mutants"][0]["caught"] = False
     weak = page_tables.summary([host, device], on_device=False)
     assert "WEAK: " in weak and ' fail"' in weak
+    device.current_sha256 = {("v", "p"): "made from other sources"}  # a stale row says so
+    (row,) = cells(on_device=True)
+    assert row[0] == "h200 (STALE)"
+    assert ' fail"' in page_tables.summary([device], on_device=True)
+    device.builds, device.current_sha256 = {"v": {"sources_sha256": "s"}}, {("v", None): "new"}
+    assert cells(on_device=True)[0][0] == "h200 (STALE)"
+    device.current_sha256, device.retuned = {}, [("v", "p")]
+    assert cells(on_device=True)[0][0] == "h200 (STALE)"
 
 
 def test_the_glance_table_says_why_a_result_has_no_verdict_and_how_fast_a_baseline_is():
