@@ -28,6 +28,7 @@
 #                         packages alone, the bundle installed by benchmarks/tpu_host.sh,
 #                         the window's plan, `snakemake -n` for tpu-v5e, two real jobs,
 #                         a comparison each of cases 03 and 01 for tpu-v5e run on the CPU
+#                         (forced: the committed chip records would make them no-ops)
 #   make lock             regenerate env/cpu.lock, env/cuda.lock, env/reference.lock and
 #                         env/rehearsal.lock
 #   make clean            remove generated records, figures and the site
@@ -180,7 +181,8 @@ rehearse-tpu: tpu-host
 		--config target=cpu -- results/cpu/env.json results/cpu/host.json
 	cd $(TPU_TREE) && PYTHONPATH=$(TPU_TREE):$(TPU_TREE)/$(TPU_BUNDLE)/site \
 		$(CURDIR)/$(TPU_REHEARSAL)/host/bin/python -m snakemake --cores all --quiet \
-		--config target=tpu-v5e --allowed-rules lower verify time baseline compare -- \
+		--config target=tpu-v5e --allowed-rules lower verify time baseline compare \
+		--forcerun lower verify time baseline compare -- \
 		results/tpu-v5e/grouped_gemm_fp8_bf16/compare/test_small.json \
 		results/tpu-v5e/moe_nvfp4/compare/e2_m128_h256_i256.json
 
