@@ -8,11 +8,11 @@ and each element's bound come from one pass of ``bounds``'s own formulas in jax.
 chunk of query rows of every head at a time against every key (the visible ones kept by
 ``masks.visible_range`` and the segment ids, as the kernels see them).
 
-The kernel and the reference each keep within their bound of the exact answer: the
-reference's bound is the kernel's with float32's units, never coarser than the dtype's, so
-|got − reference| ≤ 2·bound (+ the output's rounding, rtol, and atol). SLACK allows for the
-bound itself being evaluated in float32: each of its terms is a sum of non-negative parts,
-accurate to γ_S (0.2% at S 32768).
+The kernel and the reference each keep within their bound of the exact answer (the
+reference's own bound is the kernel's with float32's units, computed in the same pass), so
+|got − reference| ≤ bound + own bound (+ the output's rounding, rtol, and atol). SLACK
+allows for the bounds themselves being evaluated in float32: each of their terms is a sum
+of non-negative parts, accurate to γ_S (0.2% at S 32768).
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ NO_EDIT = Edit()
 
 def references(params: dict[str, Any], inputs: dict[str, np.ndarray], gradients: bool,
                edit: Edit = NO_EDIT, cap_gradient: bool = True) -> dict[str, Any]:
-    """The float32 reference and its bound of every element, on the default device:
-    ``out`` and ``out_bound``, and with ``gradients`` ``dq``, ``dk``, ``dv`` and theirs
-    (for the cotangent ``inputs["do"]``); jax arrays, left on the device. ``edit`` and
+    """The float32 reference of every element and its bounds, on the default device:
+    ``out``, ``out_bound`` (a kernel's) and ``out_own_bound`` (the reference's), and with
+    ``gradients`` ``dq``, ``dk``, ``dv`` and theirs (for the cotangent ``inputs["do"]``);
+    jax arrays, left on the device. ``edit`` and
     ``cap_gradient=False`` make a near miss's outputs instead (its bounds mean nothing);
     the heads are the arrays' (k, v of any kv head count dividing q's)."""
     unpacked = params if edit.segments else {**params, "segments": None}
