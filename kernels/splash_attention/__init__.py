@@ -51,7 +51,7 @@ UPSTREAM_VARIANTS = ("upstream", "upstream_bwd")
 VARIANTS = (*UPSTREAM_VARIANTS, *port.VARIANTS)
 # The backward variants read BACKWARD_INPUTS and return GRADIENTS; the rest return out.
 BACKWARD_VARIANTS = ("upstream_bwd", *port.GRADIENT_VARIANTS)
-GRADIENTS = ("dq", "dk", "dv")
+GRADIENTS = oracle_f32.GRADIENTS
 DTYPES = {"float32": np.float32, "float16": np.float16}
 # From this length the dense oracle's [H, S, S] float64 arrays (2 GiB a head group at S
 # 4096, H 16, and several of them for autodiff) give way to sampled rows: a query row's

@@ -19,7 +19,6 @@ from kernels.mutants import Mutant, bias
 from kernels.splash_attention import masks, oracle_f32, oracle_f64, oracle_vjp
 
 BLOCK = 64  # the port's smallest q and kv tile: the granularity of its mask blocks
-GRADIENTS = ("dq", "dk", "dv")
 KEEP = object()  # ``_outputs``'s soft_cap: the point's own
 
 
@@ -37,7 +36,7 @@ def _outputs(params, inputs, want, edit=oracle_f32.NO_EDIT, soft_cap=KEEP, outpu
     cap = params.get("soft_cap") if soft_cap is KEEP else soft_cap
     if isinstance(want.get("out"), contract.SampledRows):
         found = oracle_f32.references({**params, "soft_cap": cap}, inputs,
-                                      output in GRADIENTS, edit, cap_gradient)
+                                      output in oracle_f32.GRADIENTS, edit, cap_gradient)
         return rounded(inputs, found[output])
     visible = (masks.visible(params) if edit.segments else masks.dense_mask(params)).copy()
     r0, r1, c0, c1 = edit.block
@@ -50,7 +49,7 @@ def _outputs(params, inputs, want, edit=oracle_f32.NO_EDIT, soft_cap=KEEP, outpu
                                                     visible, soft_cap=cap))
     grads = oracle_vjp.gradients(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
                                     visible, soft_cap=cap, cap_gradient=cap_gradient)
-    return rounded(inputs, grads[GRADIENTS.index(output) + 1])
+    return rounded(inputs, grads[oracle_f32.GRADIENTS.index(output) + 1])
 
 
 def block_counts(params: dict[str, Any]) -> np.ndarray:

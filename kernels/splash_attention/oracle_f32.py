@@ -30,7 +30,7 @@ from kernels.splash_attention import bounds, masks
 
 SLACK = 1.01  # the bound's own float32 evaluation (module docstring)
 CHUNK_ELEMENTS = 2**24  # heads × rows × keys of one chunk's [Hq, rows, S] terms (64 MiB)
-GRADIENTS = ("dq", "dk", "dv")
+GRADIENTS = ("dq", "dk", "dv")  # the backward's outputs, named once for case 02
 
 
 def chunk_rows(heads: int, seq_len: int) -> int:
@@ -158,7 +158,7 @@ def _pass(q, k, v, do, low, high, ids, block, block_visible, also, *, cap, dtype
                   **{f"{g}_{part}_{suffix}": zero_kv[g] for g in zero_kv
                      for part in ("weight", "abs")}}
     found = lax.fori_loop(0, n // rows, backward_step, start)
-    return {**{name: found[name] for name in ("out", "dq", "dk", "dv")},
+    return {**{name: found[name] for name in ("out", *GRADIENTS)},
             **{f"{name}_{suffix}": found[f"{name}_{suffix}"] for name in ("out", "dq")
                for suffix in units},
             **{f"{g}_{suffix}": bounds.gathered_bound(found[f"{g}_weight_{suffix}"],
