@@ -10,9 +10,9 @@ then this tree's). The host's own records (env, host, noise floor, the window's)
 the machine and are kept. Anything else of another commit is not current: Snakemake
 redoes it.
 
-Whatever its commit, a record made with a tile-table row is current only while the table
-gives its point that row still (``tile_table.cites_current``), and one made with none only
-while the table gives none: a point measured at the kernel's default blocks before the
+Whatever its commit, a record made with a tile choice is current only while its point's
+tile_choice record is that one still (``tile_table.cites_current``), and one made with
+none only while the point has none: a point measured at the kernel's default blocks before the
 autotune picked its own is measured again at the picked ones.
 """
 

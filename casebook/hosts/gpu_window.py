@@ -4,12 +4,13 @@ each stopped at its budget.
 The plan is configs/gpu-window.yaml: env, host and noise-floor records first, then each
 case's bit-exact comparison, its measured points (a point's comparison, with the verify,
 time and baseline records it reads, one point after another), its GPU-only tests and its
-remaining records, autotune last. Every command of a step is a child process group
-(Snakemake or pytest) killed at the step's budget or at the window's deadline, whichever
-comes first; records are written atomically, so a stopped step leaves whole records or
-none. On a TPU, each step's Snakemake runs share one chip holder that the window starts
-for the step (``casebook.run.chip_holder``): the chip is opened once a step, not once a
-point.
+remaining records, autotune last (on a TPU: the publishable points' tile choices first,
+each point's jobs needing its own choice only; the other points' and the tile table last).
+Every command of a step is a child process group (Snakemake or pytest) killed at the
+step's budget or at the window's deadline, whichever comes first; records are written
+atomically, so a stopped step leaves whole records or none. On a TPU, each step's
+Snakemake runs share one chip holder that the window starts for the step
+(``casebook.run.chip_holder``): the chip is opened once a step, not once a point.
 The window then writes its own ``gpu_window`` record (each step's budget, seconds and
 outcome) and packs ``results/<target>/`` and the logs into one archive
 (``casebook.hosts.archive``).
@@ -135,14 +136,15 @@ def commands(window: dict[str, Any], target: str, overlay: str) -> list[list[lis
             out.append([_snakemake(target, overlay,
                                    *paths.case_records(_case_spec(step["case"], target),
                                                        target))])
-        else:  # autotune: the named points' tile choices first, one at a time, in order
-            spec = _case_spec(step["case"], target) if "case" in step else None
+        elif "points" in step:  # autotune at the named points: their choices, in order
+            spec = _case_spec(step["case"], target)
             choices = [paths.tile_choice_record(target, step["case"], v, p)
-                       for p in step.get("points", [])
-                       for v in tile_table.tuned_variants(spec, target)]
+                       for p in step["points"] for v in tile_table.tuned_variants(spec, target)]
             # a choice a continued window carried costs no Snakemake call
-            out.append([*(_snakemake(target, overlay, c) for c in choices
-                          if not Path(c).is_file()), _snakemake(target, overlay, "autotune")])
+            out.append([_snakemake(target, overlay, c) for c in choices
+                        if not Path(c).is_file()])
+        else:  # autotune: every point's choice and the tile tables
+            out.append([_snakemake(target, overlay, "autotune")])
     return out
 
 

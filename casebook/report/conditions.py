@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from casebook.core import cases, config, paths, speed_of_light
@@ -429,12 +430,13 @@ def _locks(env: dict[str, Any]) -> str:
 
 
 def _tiles(ev: Evidence) -> list[str]:
-    """Which tile table the timed kernels used (file and sha256), if any."""
-    used = {(t["file"], t["sha256"]) for r in ev.time.values()
-            if (t := r.get("tile_table")) and t["applied"]}
+    """Which tile choices the timed kernels used (each point's tile_choice record), if any."""
+    used = sorted({t["file"] for r in ev.time.values()
+                   if (t := r.get("tile_table")) and t["applied"]})
     if used:
-        return [f"Tiles: autotuned table {file} (sha256 {sha[:16]}…) where a point's config "
-                f"gives none" for file, sha in sorted(used)]
+        where = used[0] if len(used) == 1 else f"{len(used)} under {os.path.commonpath(used)}/"
+        return [f"Tiles: autotuned per point where a point's config gives none (tile_choice "
+                f"records: {where})"]
     if "autotune" in ev.spec:
         return ["Tiles: the case config's rows, else the port's own choice (not autotuned)"]
     return []

@@ -73,8 +73,8 @@ class Evidence:
     # would carry if made now (provenance.job_sha256).
     current_sha256: dict[tuple[str, str | None], str] = dataclasses.field(
         default_factory=dict)
-    # (variant, point) of the verify and time records made with another tile-table row than
-    # the table gives the point now (tile_table.cites_current).
+    # (variant, point) of the verify and time records made with another tile choice than
+    # the point's tile_choice record gives now (tile_table.cites_current).
     retuned: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     @property

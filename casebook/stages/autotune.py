@@ -9,7 +9,7 @@ median, unless other candidates' confidence intervals overlap its interval; then
 tied group goes to the lowest ``tie_order`` (the plug-in's ``tie_rule``: for splash
 attention, fewer stages, then fewer compute warpgroups). The tile_choice record keeps
 every candidate with its evidence, and whether the pick is the ``hand`` choice (the tiles
-the case runs without a table: its config's row, or the port's default rule); the table
+the case runs without a tile choice: its config's row, or the port's default rule); the table
 is generated from the records (``tile_table``). Each candidate's outcome is kept as a
 tile_candidate record the moment it is made (``paths.tile_candidates_dir``), so a job cut
 short (an accelerator window's end) resumes from the candidates it finished; the record

@@ -38,7 +38,7 @@ class PointJob:
 
     def stamp(self) -> dict[str, Any]:
         """The fields that open a variant job's record: what, where, made from which
-        sources, with which tile-table row."""
+        sources, with which tile choice."""
         return {"target": self.target, "case": self.case, "variant": self.variant,
                 "point": self.point, "params": self.params,
                 "sources_sha256": provenance.job_sha256(self.spec, self.variant, self.point),
@@ -48,7 +48,7 @@ class PointJob:
 def load(case_dir: str, case: str, target: str, point: str, variant: str | None = None,
          build_only_points: bool = False, tuned: bool = True) -> PointJob:
     """The context of one job. ``build_only_points``: ``point`` may be a build-only point;
-    ``tuned``: apply the target's tile-table row (not for autotune, which makes it)."""
+    ``tuned``: apply the tile choice autotune made here (not for autotune, which makes it)."""
     spec = paths.for_target(config.load_case(case_dir, case), target)
     path = config.case_path(case_dir, case)
     if variant is not None:

@@ -1,18 +1,22 @@
-"""A target's tile table: written by the autotune rule, applied by build, verify and time.
+"""Tile choices on a target: made per point by the autotune rule, applied by build, verify
+and time, gathered into the target's tile table for the page.
 
-The table (``paths.tile_table``) maps variant -> point -> the tile row the autotune rule
-picked (under the point key the case tunes, e.g. ``tiles``), with the point params it was
-tuned for and its tile_choice record. A point's tile choice is, in order:
+A point's tile choice is, in order:
 
 1. the row the case config gives explicitly in the point's params;
-2. else this target's table row, applied by adding it to the params the kernel plug-in
-   receives (the plug-in surface stays as it is: a kernel never learns the target);
+2. else the tiles the autotune rule picked for this variant at this point on this target
+   (its tile_choice record, ``paths.tile_choice_record``), applied by adding them to the
+   params the kernel plug-in receives (the plug-in surface stays as it is: a kernel never
+   learns the target);
 3. else the kernel's own default (for splash attention: the shared-memory budget rule
-   of ``port.tuning`` / ``port.backward_tuning``; for case 01: the tiles each GEMM
-   variant chose by hand, ``port.VARIANTS``).
+   of ``port.tuning`` / ``port.backward_tuning``, or upstream's block size; for case 01:
+   the tiles each GEMM variant chose by hand, ``port.VARIANTS``).
 
-Every build, verify and time record says which table it used and its sha256 (the
-``tile_table`` field), so a record shows where its tiles came from.
+A job depends on its own point's tile_choice record, not on the others': a point's
+choice being remade reruns that point alone. Every build, verify and time record says
+which tile_choice record it used and its sha256 (the ``tile_table`` field, a row of the
+target's table), so a record shows where its tiles came from. The table
+(``paths.tile_table``, written by ``snakemake autotune``) lists every point's pick.
 """
 
 from __future__ import annotations
@@ -53,33 +57,35 @@ def _without(params: dict[str, Any], key: str) -> dict[str, Any]:
 
 def apply(target: str, case: str, variant: str, point: str,
           params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """``params`` with the target's tuned row added (unless the config gives its own), and
-    the provenance of the choice; ``(params, None)`` where the table has no row."""
-    path = paths.tile_table(target, case)
+    """``params`` with the tiles autotune picked for this point on ``target`` added (unless
+    the config gives its own), and the provenance of the choice; ``(params, None)`` where
+    none applies (no tile_choice record, or one whose candidates all failed)."""
+    path = paths.tile_choice_record(target, case, variant, point)
     if not Path(path).exists():
         return params, None
-    row = read(path)["rows"].get(variant, {}).get(point)
-    if row is None:
+    record = records.read(path, "tile_choice")
+    for field, want in (("target", target), ("case", case), ("variant", variant),
+                        ("point", point)):
+        if record[field] != want:
+            raise CasebookError(path, field, f"is {record[field]!r}, not {want!r}")
+    if record["pick"] is None:
         return params, None
-    key = row["key"]
-    if not isinstance(row.get(key), dict):
-        raise CasebookError(path, f"rows.{variant}.{point}.{key}", "the row has no tile choice")
-    if _without(row["params"], key) != _without(params, key):
-        raise CasebookError(path, f"rows.{variant}.{point}.params",
-                            "tuned for other point params than the case config's; rerun "
-                            "`snakemake autotune` on a GPU host of this target")
+    key = record["key"]
+    if _without(record["params"], key) != _without(params, key):
+        raise CasebookError(path, "params", "tuned for other point params than the case "
+                            "config's; rerun `snakemake autotune` on a host of this target")
     used = {"file": path, "sha256": provenance.file_sha256(path), "row": f"{variant}.{point}",
-            "key": key, "tuned": row[key]}
+            "key": key, "tuned": record["pick"]["tiles"]}
     if key in params:
         return params, {**used, "applied": False,
                         "why": f"the case config gives `{key}` for this point"}
-    return {**params, key: row[key]}, {**used, "applied": True}
+    return {**params, key: used["tuned"]}, {**used, "applied": True}
 
 
 def cites_current(record: dict[str, Any], target: str, case: str, variant: str) -> bool:
     """Whether ``record`` of ``variant`` (a lowering, verification, time or ablation
-    record, or one compare subject) cites the tile-table row ``apply`` would give its point
-    now (the same table file and row; neither, where no row applies)."""
+    record, or one compare subject) cites the tile choice ``apply`` would give its point
+    now (the same tile_choice record, byte for byte; none, where none applies)."""
     try:
         now = apply(target, case, variant, record["point"], record["params"])[1]
     except CasebookError:

@@ -24,6 +24,7 @@ from casebook.core.errors import CasebookError
 from casebook.hosts import archive, carry, gpu_window
 from casebook.run import chip_holder, worker
 from casebook.stages import envcapture, hostcapture, tile_table
+from tests.tile_choices import write_choice
 
 pytestmark = pytest.mark.host_rehearsal
 
@@ -305,28 +306,31 @@ def test_a_record_of_another_commit_is_carried_only_where_current_here(tmp_path,
         str(p.relative_to(folder)) for p in carry.not_current("h200", HEAD)}
 
 
-def test_an_autotune_step_tunes_its_points_first_in_order_then_the_table(tmp_path,
-                                                                         monkeypatch):
+def test_an_autotune_step_tunes_its_points_in_order_and_the_last_one_the_rest(tmp_path,
+                                                                             monkeypatch):
     """On the TPU the tile choices at the publishable points come first, one at a time,
-    forward before backward (a cut loses the choice in hand, not the plan's order); then
-    `autotune` makes the rest and the table. A choice a continued window carried is not
-    asked for again."""
+    forward before backward (a cut loses the choice in hand, not the plan's order), and
+    nothing else (each point's measure needs its own choice only); the plan's last step,
+    with no points, runs `autotune`: the rest and the table. A choice a continued window
+    carried is not asked for again."""
     monkeypatch.chdir(tmp_path)
     window = gpu_window.load(gpu_window.WINDOW_CONFIG.with_name("tpu-window.yaml"))
-    (step,) = [s for s in window["steps"] if s["name"] == "autotune"]
+    step, rest = [s for s in window["steps"] if s["name"] == "autotune"]
     index = window["steps"].index(step)
+    assert window["steps"][-1] == rest and "points" not in rest and "case" not in rest
 
-    def asked() -> list[list[str]]:
-        argvs = gpu_window.commands(window, "tpu-v5e", "o.yaml")[index]
+    def asked(at: int) -> list[list[str]]:
+        argvs = gpu_window.commands(window, "tpu-v5e", "o.yaml")[at]
         return [argv[argv.index("--") + 1:] for argv in argvs]
 
     choices = [[paths.tile_choice_record("tpu-v5e", "splash_attention", v, p)]
                for p in step["points"] for v in ("upstream", "upstream_bwd")]
-    assert asked() == [*choices, ["autotune"]]
+    assert asked(index) == choices
+    assert asked(len(window["steps"]) - 1) == [["autotune"]]
     for (name,) in choices[:3]:
         Path(name).parent.mkdir(parents=True, exist_ok=True)
         Path(name).write_text("{}")
-    assert asked() == [*choices[3:], ["autotune"]]
+    assert asked(index) == choices[3:]
     monkeypatch.chdir(paths.SOURCE_ROOT)
     window["steps"][index] = {k: v for k, v in step.items() if k != "case"}
     with pytest.raises(CasebookError,
@@ -727,8 +731,8 @@ def test_a_stopped_step_leaves_no_job_behind(tmp_path):
 
 
 def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatch):
-    """Whatever its commit, a time or compare record is kept only while the tile table
-    gives its point the row it ran with: one made at the default blocks before the
+    """Whatever its commit, a time or compare record is kept only while its point's tile
+    choice is the one it ran with: one made at the default blocks before the
     autotune picked others, or with another pick, is measured again."""
     monkeypatch.chdir(tmp_path)
     write_target_records(tmp_path, "h200")
@@ -742,16 +746,13 @@ def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatc
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(json.dumps(record))
 
-    def dropped() -> list[str]:
-        return sorted(str(p.relative_to(folder)) for p in carry.not_current("h200", HEAD))
+    def dropped() -> list[str]:  # of the time and compare records (the choice is a fake's)
+        return sorted(str(p.relative_to(folder)) for p in carry.not_current("h200", HEAD)
+                      if p.relative_to(folder).parts[0] != "tiles")
 
-    assert dropped() == []  # no table: none applies, none cited
-    table = Path(paths.tile_table("h200", "splash_attention"))
+    assert dropped() == []  # no tile choice: none applies, none cited
     tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
-    table.write_text(yaml.safe_dump({"case": "splash_attention", "target": "h200", "rows": {
-        timed["variant"]: {timed["point"]: {
-            "key": "tiles", "tiles": tiles, "params": timed["params"], "record": "r.json",
-            "record_sha256": "0" * 64}}}}))
+    write_choice(timed["variant"], timed["point"], timed["params"], tiles)
     assert dropped() == ["compare/p.json", "time/v/p.json"]  # made before the pick
     used = tile_table.apply("h200", "splash_attention", timed["variant"], timed["point"],
                             timed["params"])[1]
@@ -766,14 +767,14 @@ def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatc
 
 def test_the_tpu_plans_measure_cases_01_and_03_before_case_02():
     """Cases 01 and 03 (a few minutes) come before case 02's measurements, which hold the
-    chip for windows, each step taking the rest, and case 02's check power last; the dry
-    run lists each of their comparisons."""
+    chip for windows, each step taking the rest, then case 02's check power, and the other
+    points' tile choices last; the dry run lists each of their comparisons."""
     for plan in ("configs/tpu-window.yaml", "configs/tpu-window-short.yaml"):
         steps = gpu_window.load(paths.SOURCE_ROOT / plan)["steps"]
         assert [(s["name"], s.get("case")) for s in steps] == [
             ("records", None), ("autotune", "splash_attention"), ("measure", "moe_nvfp4"),
             ("measure", "grouped_gemm_fp8_bf16"), ("measure", "splash_attention"),
-            ("check_power", "splash_attention")]
+            ("check_power", "splash_attention"), ("autotune", None)]
         done = subprocess.run([sys.executable, "-m", "casebook.hosts.gpu_window", "--plan", plan,
                                "--target", "tpu-v5e", "--dry-run"], cwd=paths.SOURCE_ROOT,
                               capture_output=True, text=True)

@@ -19,10 +19,10 @@ from casebook.core.errors import CasebookError
 from casebook.report import conditions, page_tables, site
 from casebook.stages import autotune, build, tile_table, timing, verify
 from kernels import contract
-from kernels.contract import Runnable
 from kernels.splash_attention import autotune as candidates_of
 from kernels.splash_attention import mgpu_backward, mgpu_forward, port, upstream
 from tests.projects import MEASUREMENT, make_project, snakemake, tiny_case
+from tests.tile_choices import CASE_PATH, FAKE_FOUND, FAKE_SPEC, fake_plugin, write_choice
 
 LIMIT = 232_448  # Hopper's opt-in shared memory per block
 BIG = {"heads_q": 16, "heads_kv": 16, "seq_len": 4096, "head_dim": 256,
@@ -129,31 +129,6 @@ def test_a_candidate_that_failed_verification_is_never_picked_even_if_fastest(rn
     found = [timed(1, 1, base / 10, base / 100, passed=False), timed(2, 1, base, base / 10)]
     assert autotune.pick(found, RULE)[0] == 1
     assert autotune.pick(found[:1], RULE)[0] is None
-
-
-def fake_plugin(wrong: set[int]) -> SimpleNamespace:
-    """A case computing y = 2x with tile rows {"w": n}; rows in ``wrong`` compute 3x."""
-    def kernel(variant, params, purpose, build_dir=None):
-        factor = 3.0 if params["tiles"]["w"] in wrong else 2.0
-        return Runnable(prepare=lambda inputs: (inputs["x"],), call=lambda x: factor * x,
-                        sync=lambda out: None, fetch=lambda out: out,
-                        execution=contract.execution("numpy"))
-
-    return SimpleNamespace(
-        make_inputs=lambda params, rng: {"x": rng.standard_normal(params["n"])},
-        oracle=lambda params, inputs: 2 * inputs["x"], kernel=kernel,
-        races_found=lambda: False, reset=lambda: None)
-
-
-CASE_PATH = config.case_path("configs/cases", "splash_attention")  # hashed into the record
-FAKE_SPEC = {"name": "splash_attention", "points": [{"name": "p", "params": {
-    "n": 16, "dtype": "float32"}}], "tolerances": {"float32": {
-        "atol": 1e-6, "rtol": 1e-6, "reason": "y = 2x is exact"}},
-    "measurement": {"cache": "hot"}}
-FAKE_FOUND = {"key": "tiles", "smem_limit_bytes": LIMIT, "rejected": [], "tie_rule": "w",
-              "hand": {"w": 1}, "kept": [
-    {"tiles": {"w": n}, "smem_bytes": {"forward": 1024 * n}, "tie_order": [n]}
-    for n in (1, 2)]}
 
 
 def test_every_candidate_failing_verification_gives_no_pick_and_no_table_row(
@@ -292,17 +267,7 @@ def test_interpret_mode_autotune_writes_a_schema_valid_tile_choice(tmp_path):
         tile_table.generate("cpu", "splash_attention", [out], str(tmp_path / "tiles.yaml"))
 
 
-def write_table(where: Path, point: str, params: dict, tiles: dict) -> Path:
-    table = Path(where, paths.tile_table("h200", "splash_attention"))
-    table.parent.mkdir(parents=True)
-    record = table.parent / "tiles/mgpu" / f"{point}.json"
-    table.write_text(yaml.safe_dump({"case": "splash_attention", "target": "h200", "rows": {
-        "mgpu": {point: {"key": "tiles", "tiles": tiles, "params": params,
-                         "record": str(record), "record_sha256": "0" * 64}}}}))
-    return table
-
-
-def test_the_tuned_table_sets_tiles_unless_the_config_gives_them(tmp_path, monkeypatch):
+def test_the_tuned_choice_sets_tiles_unless_the_config_gives_them(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # results/ is relative to the working directory
     spec = config.load_case("configs/cases", "splash_attention")
     point = next(p for p in spec["points"] if "tiles" not in p["params"])
@@ -310,16 +275,20 @@ def test_the_tuned_table_sets_tiles_unless_the_config_gives_them(tmp_path, monke
     tuned_tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
     assert port.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)  # the budget rule
     assert tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params) == (
-        params, None)  # no table yet
-    table = write_table(tmp_path, point["name"], params, tuned_tiles)
+        params, None)  # no choice yet
+    choice = write_choice("mgpu", point["name"], params, tuned_tiles)
 
     tuned, used = tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params)
     assert port.tuning(tuned) == mgpu_forward.TuningConfig(**tuned_tiles)
-    assert used["applied"] and used["sha256"] == provenance.file_sha256(table)
-    assert used["file"] == paths.tile_table("h200", "splash_attention")
+    assert used["applied"] and used["sha256"] == provenance.file_sha256(choice)
+    assert used["file"] == paths.tile_choice_record("h200", "splash_attention", "mgpu",
+                                                    point["name"]) == str(choice)
     assert tile_table.apply("cpu", "splash_attention", "mgpu", point["name"], params)[1] is None
     assert tile_table.apply("h200", "splash_attention", "mgpu_bwd", point["name"],
-                            params)[1] is None  # no row for the backward
+                            params)[1] is None  # no choice for the backward
+    other = next(p for p in spec["points"] if p["name"] != point["name"])
+    assert tile_table.apply("h200", "splash_attention", "mgpu", other["name"],
+                            other["params"])[1] is None  # nor at another point
 
     explicit = {**params, "tiles": {"block_q": 128, "block_kv": 64, "stages": 2,
                                     "compute_wgs": 1}}
@@ -327,16 +296,24 @@ def test_the_tuned_table_sets_tiles_unless_the_config_gives_them(tmp_path, monke
     assert port.tuning(kept) == mgpu_forward.TuningConfig(128, 64, 2, 1)
     assert not used["applied"] and "case config gives `tiles`" in used["why"]
 
-    with pytest.raises(CasebookError, match=r"rows\.mgpu\..*\.params: tuned for other"):
+    with pytest.raises(CasebookError, match=r"\.json: params: tuned for other"):
         tile_table.apply("h200", "splash_attention", "mgpu", point["name"],
                          {**params, "seq_len": params["seq_len"] * 2})
+    write_choice("mgpu", point["name"], params, None)  # every candidate failed
+    assert tile_table.apply("h200", "splash_attention", "mgpu", point["name"], params) == (
+        params, None)
 
 
-def test_a_malformed_table_names_the_file_and_key(tmp_path, monkeypatch):
+def test_a_foreign_or_corrupt_choice_names_the_file_and_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    table = write_table(tmp_path, "p", TINY, {"block_q": 64})
-    table.write_text(table.read_text().replace("target: h200", "target: cpu"))
-    with pytest.raises(CasebookError, match=r"tiles\.yaml: target"):
+    choice = write_choice("mgpu", "p", TINY, {"block_q": 64})
+    made = json.loads(choice.read_text())
+    for field, value in (("target", "cpu"), ("variant", "mgpu_bwd"), ("point", "q")):
+        choice.write_text(json.dumps({**made, field: value}))
+        with pytest.raises(CasebookError, match=rf"p\.json: {field}: is '{value}'"):
+            tile_table.apply("h200", "splash_attention", "mgpu", "p", TINY)
+    choice.write_text(json.dumps(made)[:-40])
+    with pytest.raises(CasebookError, match=r"p\.json: corrupt or truncated JSON"):
         tile_table.apply("h200", "splash_attention", "mgpu", "p", TINY)
 
 
@@ -363,29 +340,62 @@ def test_the_autotune_rule_refuses_cpu_and_stays_out_of_all(tmp_path):
     assert gpu.stdout.count("rule tile_choice:") == 1  # one variant at one point
 
 
-def test_the_page_says_where_tiles_came_from(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_job_depends_on_its_own_points_tile_choice_alone(tmp_path, monkeypatch):
+    """A point's verify job reads that point's tile_choice record where one exists, and no
+    other point's: a choice remade reruns its point's jobs alone, and a point without one
+    schedules no autotune."""
+    case = tiny_case()
+    full = yaml.safe_load((paths.SOURCE_ROOT / "configs/cases/splash_attention.yaml")
+                          .read_text())
+    second = next(p for p in full["points"] if p["name"] != case["points"][0]["name"])
+    case["points"].append({**second, "params": {**second["params"], "heads_q": 1,
+                                                 "heads_kv": 1}})
+    project = make_project(tmp_path, case)
+    tuned, other = (p["name"] for p in case["points"])
+    monkeypatch.chdir(project)
+    write_choice("mgpu", tuned, case["points"][0]["params"], {"block_q": 64, "block_kv": 64,
+                                                             "stages": 1, "compute_wgs": 1})
+    planned = snakemake(project, "--dry-run", "--config", "target=h200", "--",
+                        *(paths.verify_record("h200", "splash_attention", "mgpu", p)
+                          for p in (tuned, other)))
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    jobs = planned.stdout.split("\nrule ")
+    verify = {p: next(j for j in jobs if j.startswith("verify:") and f"/{p}.json" in
+                      j.split("output:")[1].splitlines()[0]) for p in (tuned, other)}
+    choice = paths.tile_choice_record("h200", "splash_attention", "mgpu", tuned)
+    assert choice in verify[tuned].split("output:")[0]
+    assert "/tiles/" not in verify[other].split("output:")[0]
+    # the untuned point gets no autotune (the tuned one's is remade here only because
+    # this bare project has no env, host and floor records of h200 yet)
+    assert paths.tile_choice_record("h200", "splash_attention", "mgpu", other) not in (
+        planned.stdout)
+
+
+def test_the_page_says_where_tiles_came_from():
     spec = config.load_case("configs/cases", "splash_attention")
     untuned = SimpleNamespace(target="h200", case="splash_attention", tile_choices={})
     assert "not autotuned (no autotune run on it yet)" in site.tile_note(spec, untuned)
-    unfinished = SimpleNamespace(**{**vars(untuned), "tile_choices": {("mgpu", "p"): {}}})
-    assert "no tile table: the autotune run did not finish" in site.tile_note(spec, unfinished)
-    write_table(tmp_path, "p", TINY, {"block_q": 64})
-    assert "results/h200/splash_attention/tiles.yaml, generated by" in site.tile_note(
-        spec, unfinished)
+    unpicked = SimpleNamespace(**{**vars(untuned), "tile_choices": {("mgpu", "p"): {
+        "pick": None}}})
+    assert "no candidate passed verification and was timed" in site.tile_note(spec, unpicked)
+    picked = SimpleNamespace(**{**vars(untuned), "tile_choices": {
+        ("mgpu", "p"): {"pick": None}, ("mgpu", "q"): {"pick": {"tiles": {"block_q": 64}}}}})
+    assert "else the pick of the point's own autotune" in site.tile_note(spec, picked)
     assert site.tile_note({k: v for k, v in spec.items() if k != "autotune"}, untuned) is None
 
 
 @pytest.mark.interpret
 @pytest.mark.compile
 @pytest.mark.timeout(600)
-def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monkeypatch):
-    """On a target with a tile table, the row reaches the kernel (the lowered launch shows
-    it) and the build, verify and time records name the table and its sha256; a time
-    stage refuses a verify record made with another table."""
+def test_build_and_verify_run_the_tuned_row_and_record_its_choice(tmp_path, monkeypatch):
+    """On a target with a tile choice at the point, its tiles reach the kernel (the lowered
+    launch shows them) and the build, verify and time records name the tile_choice record
+    and its sha256; a time stage refuses a verify record made with another choice."""
     case = tiny_case()
     case["build_only_points"] = []
-    case["points"][0]["params"].pop("tiles", None)  # the table's row, not the config's
+    case["points"][0]["params"].pop("tiles", None)  # the choice's row, not the config's
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases/splash_attention.yaml").write_text(yaml.safe_dump(case))
     monkeypatch.chdir(tmp_path)
@@ -393,7 +403,7 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     params = config.load_case(tmp_path / "cases", "splash_attention")["points"][0]["params"]
     tuned_tiles = {"block_q": 64, "block_kv": 64, "stages": 1, "compute_wgs": 1}
     assert port.tuning(params) != mgpu_forward.TuningConfig(**tuned_tiles)
-    table = write_table(tmp_path, point["name"], params, tuned_tiles)
+    choice = write_choice("mgpu", point["name"], params, tuned_tiles)
 
     lowered = build.lower(str(tmp_path / "cases"), "splash_attention", "mgpu",
                           point["name"], "h200", "lowered.json")
@@ -404,19 +414,13 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     (artifact,) = entry["artifacts"]
     assert artifact["facts"]["tuning"] == {"block_q": 64, "block_kv": 64, "stages": 1,
                                            "compute_warpgroups": 1}
-    assert entry["tile_table"]["sha256"] == provenance.file_sha256(table)
+    assert entry["tile_table"]["sha256"] == provenance.file_sha256(choice)
     checked = verify.run(str(tmp_path / "cases"), "splash_attention", "mgpu", point["name"],
                          "h200", "verify.json")
     assert checked["passed"], checked["failures"]
     assert checked["tile_table"] == entry["tile_table"]
     assert checked["tile_table"]["applied"] and checked["tile_table"]["tuned"] == tuned_tiles
-    floor = records.write("floor.json", "noise_floor", {
-        "target": "h200", "workload": "test", "stop_criterion": "fixed_count",
-        "stop_target": 0.01, "rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.1, 0.9, 1.0],
-        "median_s": 1e-3, "noise_floor": 0.25, "clock": "host", "clock_kind": "host",
-        "cache": {"mode": "hot", "description": "test"}, "repeats": 1, "pinned_cpu": None,
-        "paired": {"rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.01, 0.99, 1.0],
-                   "median_s": 1e-3, "samples_per_series": 10, "noise_floor": 0.01}})
+    floor = write_floor("floor.json")
     timed = timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
                                point["name"], "h200", MEASUREMENT, "verify.json", "floor.json",
                                "time.json", "time.samples.csv")
@@ -424,21 +428,38 @@ def test_build_and_verify_run_the_tuned_row_and_record_the_table(tmp_path, monke
     m = timed["measurement"]  # the interval holds where a rerun lands on this host
     assert m["floor_applied"] == floor["noise_floor"] and m["interval"] == "run-to-run"
     assert m["ci_low_s"] <= m["median_s"] / 1.25 and m["ci_high_s"] >= m["median_s"] * 1.25
-    table.write_text(table.read_text().replace("stages: 1", "stages: 2"))
+    made = json.loads(choice.read_text())
+    choice.write_text(json.dumps({**made, "pick": {"tiles": {**tuned_tiles, "stages": 2}}}))
     with pytest.raises(CasebookError, match=r"verify\.json: tile_table: verified with another"):
         timing.time_kernel(str(tmp_path / "cases"), "splash_attention", "mgpu",
                            point["name"], "h200", MEASUREMENT, "verify.json", "floor.json",
                            "time.json", "time.samples.csv")
 
 
-def test_the_reproduction_condition_names_the_tile_table_the_timed_kernels_used():
+def write_floor(path: str) -> dict:
+    """An h200 noise-floor record (25% run to run, 1% paired)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return records.write(path, "noise_floor", {
+        "target": "h200", "workload": "test", "stop_criterion": "fixed_count",
+        "stop_target": 0.01, "rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.1, 0.9, 1.0],
+        "median_s": 1e-3, "noise_floor": 0.25, "clock": "host", "clock_kind": "host",
+        "cache": {"mode": "hot", "description": "test"}, "repeats": 1, "pinned_cpu": None,
+        "paired": {"rounds": 4, "quantile": 0.95, "ratios": [1.0, 1.01, 0.99, 1.0],
+                   "median_s": 1e-3, "samples_per_series": 10, "noise_floor": 0.01}})
+
+
+def test_the_reproduction_condition_names_the_tile_choices_the_timed_kernels_used():
     spec = config.load_case("configs/cases", "splash_attention")
-    used = {"file": "results/h200/splash_attention/tiles.yaml", "sha256": "ab" * 32,
+    used = {"file": "results/h200/splash_attention/tiles/mgpu/p.json", "sha256": "ab" * 32,
             "row": "mgpu.p", "key": "tiles", "tuned": {"block_q": 64}, "applied": True}
     ev = SimpleNamespace(spec=spec, time={("mgpu", "p"): {"tile_table": used},
                                           ("upstream", "p"): {}})
     assert conditions._tiles(ev) == [
-        "Tiles: autotuned table results/h200/splash_attention/tiles.yaml (sha256 "
-        "abababababababab…) where a point's config gives none"]
-    ev.time[("mgpu", "p")]["tile_table"] = {**used, "applied": False}
+        "Tiles: autotuned per point where a point's config gives none (tile_choice records: "
+        "results/h200/splash_attention/tiles/mgpu/p.json)"]
+    ev.time[("mgpu", "q")] = {"tile_table": {**used, "file": used["file"].replace("p.", "q.")}}
+    assert "(tile_choice records: 2 under results/h200/splash_attention/tiles/mgpu/)" in (
+        conditions._tiles(ev)[0])
+    for timed in ev.time.values():
+        timed.pop("tile_table", None)
     assert "not autotuned" in conditions._tiles(ev)[0]

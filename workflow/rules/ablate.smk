@@ -5,7 +5,7 @@
 rule ablate:
     input:
         case_inputs,
-        tile_table_input,
+        tile_choice_input,
         paths.source(paths.PEAKS),  # the speed-of-light bound's peaks
         verify=ablated_verify,
         floor=paths.noise_floor_record("{target}"),

@@ -8,7 +8,7 @@
 rule lower:
     input:
         case_inputs,
-        tile_table_input,
+        tile_choice_input,
     output:
         paths.lowering_record("{target}", "{case}", "{variant}", "{point}"),
     params:
@@ -23,7 +23,7 @@ rule lower:
 rule lower_build_only:
     input:
         case_inputs,
-        tile_table_input,
+        tile_choice_input,
     output:
         paths.build_only_lowerings("{target}", "{case}", "{variant}"),
     params:

@@ -123,10 +123,23 @@ def build_only_config(wildcards):
                        for p in spec["build_only_points"]], sort_keys=True)
 
 
-def tile_table_input(wildcards):
-    """The target's tile table where one exists (committed or made by autotune)."""
-    table = paths.tile_table(wildcards.target, wildcards.case)
-    return [table] if os.path.exists(table) else []
+def tile_choice_input(wildcards):
+    """The tile_choice records (made by autotune on this target) that apply to this job's
+    variant(s) at its point(s), where they exist: one point's choice being remade reruns
+    that point's jobs alone (casebook.stages.tile_table)."""
+    spec = paths.for_target(CASES[wildcards.case], wildcards.target)
+    if hasattr(wildcards, "variant"):
+        variants = [wildcards.variant]
+    elif hasattr(wildcards, "ablation"):
+        variants = [ablated(wildcards)]
+    else:  # a comparison: every variant it measures
+        variants = [v["name"] for v in spec["variants"]]
+    points = ([wildcards.point] if hasattr(wildcards, "point")
+              else [p["name"] for p in spec["build_only_points"]])
+    tuned = set(autotuned(wildcards.case, wildcards.target))
+    found = [paths.tile_choice_record(wildcards.target, wildcards.case, v, p)
+             for v in variants if v in tuned for p in points]
+    return [f for f in found if os.path.exists(f)]
 
 
 # What a target's jobs (env, host, build, verify, time, baseline) ask a cluster for

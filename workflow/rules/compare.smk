@@ -5,7 +5,7 @@
 rule compare:
     input:
         case_inputs,
-        tile_table_input,
+        tile_choice_input,
         point_records,
         floor=paths.noise_floor_record("{target}"),
     output:

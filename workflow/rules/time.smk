@@ -4,7 +4,7 @@
 rule time:
     input:
         case_inputs,
-        tile_table_input,
+        tile_choice_input,
         paths.source(paths.PEAKS),  # the speed-of-light bound's peaks
         verify=paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
         # Every interval is at least the host's floor wide: where a rerun lands.

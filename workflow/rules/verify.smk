@@ -4,7 +4,7 @@
 rule verify:
     input:
         case_inputs,
-        tile_table_input,
+        tile_choice_input,
         lowered=paths.lowering_record("{target}", "{case}", "{variant}", "{point}"),
     output:
         paths.verify_record("{target}", "{case}", "{variant}", "{point}"),
