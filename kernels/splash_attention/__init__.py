@@ -164,6 +164,9 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
     derived = tolerance.get("derived_bound", True)  # false: atol and rtol alone
     if not sampled:
         expected = np.asarray(want, np.float64)
+        if derived and output == "dq":
+            return bounds.along_d(got, expected, *_dq_parts(params, inputs, None),
+                                  tolerance["atol"], tolerance["rtol"])
         bound = (_bounds(params, inputs, output, None) if derived
                  else np.zeros(expected.shape))
         return bounds.compare(got, expected, bound, tolerance["atol"], tolerance["rtol"])
@@ -171,15 +174,20 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
     unwritten = int(np.count_nonzero(~np.isfinite(got.astype(np.float64)))
                     - np.count_nonzero(~np.isfinite(checked.astype(np.float64))))
     sample = {"rows": want.rows, "of": want.total, "seed": want.seed}
-    if not (derived and isinstance(want, Sampled)):
-        bound = (_bounds(params, inputs, output, want.index) if derived
-                 else np.zeros(expected.shape))
-        return bounds.compare(checked, expected, bound, tolerance["atol"], tolerance["rtol"],
-                              sample, unwritten)
-    whole = want.whole()
-    bound, differs = _sampled_bound(params, inputs, output, want.index, whole[1])
-    found = bounds.compare(checked, expected, bound, tolerance["atol"], tolerance["rtol"],
-                           sample, unwritten)
+    whole = want.whole() if derived and isinstance(want, Sampled) else None
+    if derived and output == "dq":
+        found = bounds.along_d(checked, expected, *_dq_parts(params, inputs, want.index),
+                               tolerance["atol"], tolerance["rtol"], sample, unwritten)
+    else:
+        bound = (np.zeros(expected.shape) if not derived else
+                 _bounds(params, inputs, output, want.index) if whole is None
+                 or output == SINGLE_OUTPUT else
+                 np.asarray(whole[1][want.index], np.float64) * oracle_f32.SLACK)
+        found = bounds.compare(checked, expected, bound, tolerance["atol"],
+                               tolerance["rtol"], sample, unwritten)
+    if whole is None:
+        return found
+    differs = _sampled_bound(params, inputs, output, want.index, whole[1])
     if differs:
         return {**found, "passed": False, "error": differs}
     every = oracle_f32.check(got, *whole, tolerance["atol"], tolerance["rtol"])
@@ -191,22 +199,20 @@ def compare(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
 
 
 def _sampled_bound(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
-                   rows: tuple[np.ndarray, ...], on_device: Any) -> tuple[np.ndarray, str]:
-    """The bound at sampled rows, and why it cannot be trusted ("" if it can). Query rows
-    (out, dq) cost O(S·d) each in float64: that bound, the device's held to it within
+                   rows: tuple[np.ndarray, ...], on_device: Any) -> str:
+    """Why the device's bound cannot be trusted ("" if it can). Query rows (out, dq) cost
+    O(S·d) each in float64: the device's bound there is held to float64's within
     oracle_f32.SLACK (the device evaluates the same formulas in float32). Key rows (dk,
-    dv) cost O(S²·d) a kv head in float64, minutes at S 32768 on a host: the device's
-    own, times SLACK."""
-    device = np.asarray(on_device[rows], np.float64)
+    dv) cost O(S²·d) a kv head in float64, minutes at S 32768 on a host: they are judged
+    by the device's own bound, times SLACK (``compare``)."""
     if output not in (SINGLE_OUTPUT, "dq"):
-        return device * oracle_f32.SLACK, ""
-    exact = _bounds(params, inputs, output, rows)
-    ratio = device / exact
+        return ""
+    ratio = np.asarray(on_device[rows], np.float64) / _bounds(params, inputs, output, rows)
     if ratio.min() * oracle_f32.SLACK < 1 or ratio.max() > oracle_f32.SLACK:
-        return exact, (f"the device's float32 bound of {output} at the sampled rows is "
-                       f"{ratio.min():.4g}-{ratio.max():.4g}× float64's, beyond "
-                       f"{oracle_f32.SLACK:g}: its every-element check cannot be trusted")
-    return exact, ""
+        return (f"the device's float32 bound of {output} at the sampled rows is "
+                f"{ratio.min():.4g}-{ratio.max():.4g}× float64's, beyond "
+                f"{oracle_f32.SLACK:g}: its every-element check cannot be trusted")
+    return ""
 
 
 _LAST: list = []  # [inputs, rows, found]: dq, dk, dv of one check share one pass
@@ -219,6 +225,22 @@ def _bounds(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
     if output == SINGLE_OUTPUT:
         return (bounds.out_bound(params, inputs) if rows is None
                 else bounds.rows_bound(params, inputs, *rows))[1]
+    return _gradient_terms(params, inputs, output, rows)[f"{output}_bound"]
+
+
+def _dq_parts(params: dict[str, Any], inputs: dict[str, np.ndarray],
+              rows: tuple[np.ndarray, np.ndarray] | None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dq's bound without D's error, D's direction and the largest shift along it, at
+    every row (``rows`` None) or at ``rows`` (``bounds.along_d``)."""
+    found = _gradient_terms(params, inputs, "dq", rows)
+    return found["dq_free_bound"], found["dq_direction"], found["dq_shift"]
+
+
+def _gradient_terms(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
+                    rows: tuple[np.ndarray, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """``bounds.gradient_bounds`` at every row or at ``rows``, kept for the next output
+    of the same check."""
     if output not in GRADIENTS:
         raise ValueError(f"splash_attention has no output {output!r}")
     key = None if rows is None else (output == "dq", rows)
@@ -228,7 +250,7 @@ def _bounds(params: dict[str, Any], inputs: dict[str, np.ndarray], output: str,
                  bounds.gradient_bounds(params, inputs, rows if output == "dq" else none,
                                         none if output == "dq" else rows))
         _LAST[:] = [inputs, key, found]
-    return _LAST[2][f"{output}_bound"]
+    return _LAST[2]
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -3,9 +3,10 @@
 
 The check is each element within the bound a correct execution keeps to
 (kernels/splash_attention/bounds.py), so every mutant must be caught at every point on
-fresh inputs, but one: dq's 1% bias at mqa_causal_bf16 (DQ_MQA), which the worst-case
-bound on dS's rounding (u Σ|dS||k|, where dq itself cancels) catches in most draws only.
-The measured worst_error_over_tolerance of every mutant is printed (``pytest -s``).
+fresh inputs, and a uniform bias of 0.5% of any output's RMS (issue 43's target) with
+it; dq's check allows each row the one shift D's error may make (docs/splash-bounds.md,
+"D's direction"), without which its 1% bias hid at mqa_causal_bf16 in some draws. The
+measured worst_error_over_tolerance of every mutant is printed (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ SOFT_CAP_ONLY = {("out", "soft_cap_dropped"), ("dk", "soft_cap_derivative_droppe
 PARTIAL_BLOCK_ONLY = {("out", "partial_block_as_full")}  # causal and local masks
 GQA_ONLY = {("out", "kv_heads_interleaved")}  # 1 < heads_kv < heads_q
 SEGMENTS_ONLY = {("out", "segment_boundary_dropped")}
-# dq's smallest detected bias at mqa_causal_bf16 ran 0.14-1.1% of the RMS over six draws
-# (2026-12-06; its 1% bias missed in one trial of twelve, at 0.88 of the bound): reported by
-# the check_power record, not asserted. Elsewhere every output's was at most 0.21%.
-DQ_MQA = ("mqa_causal_bf16", "dq", "bias_1pct")
+TARGET_BIAS = 0.005  # of the output's RMS: the smallest bias every check must detect
+# At sampled sizes 64 float64 rows judge dq: a typical row detects 0.2-0.6% of the RMS
+# (measured 2026-12-07; densely the rows whose dq is near 0, e.g. a causal mask's first,
+# reach 0.05%), so the 1% bias is caught with margin there, 0.5% not in every draw.
+SAMPLED_TARGET_BIAS = 0.01
 
 splash = cases.load(CASE)
 
@@ -61,7 +63,7 @@ def test_controls_pass(measured):
         assert control["passed"], (name, output, control)
         assert len(control["trials"]) == SPEC["verify"]["trials"]
     for output, fraction in found["smallest_bias_detected"].items():
-        assert fraction is not None, (name, output)  # a 100% bias is always caught
+        assert fraction is not None and fraction <= TARGET_BIAS, (name, output, fraction)
 
 
 def test_mutants_apply_where_they_should(measured):
@@ -87,7 +89,7 @@ def test_mutants_apply_where_they_should(measured):
 def test_every_mutant_is_caught(measured):
     name, found = measured
     for row in found["mutants"]:
-        if row["applicable"] and (name, row["output"], row["name"]) != DQ_MQA:
+        if row["applicable"]:
             assert row["caught"], (name, row)
             assert all(t["worst_error_over_tolerance"] > 1 for t in row["trials"]), row
 
@@ -212,13 +214,6 @@ def measured_sampled(request):
     return name, found
 
 
-# At sampled sizes dq's 1% bias is caught in most draws only: its smallest detected bias
-# ran 0.01-1.3% of the RMS over five runs (missed at gqa_local_bf16 and mqa_causal_bf16):
-# the worst-case bound on dS's rounding where dq cancels, as at DQ_MQA densely. Reported
-# by the check_power record, not asserted; a 100% bias always is.
-DQ_BIAS = ("dq", "bias_1pct")
-
-
 def test_at_sampled_sizes_the_controls_pass_and_every_mutant_is_caught(measured_sampled):
     name, found = measured_sampled
     for output, control in found["controls"].items():
@@ -226,6 +221,7 @@ def test_at_sampled_sizes_the_controls_pass_and_every_mutant_is_caught(measured_
     rows = [r for r in found["mutants"] if r["applicable"]]
     assert found["applicable"] == len(rows) >= 9
     for row in rows:
-        if (row["output"], row["name"]) != DQ_BIAS:
-            assert row["caught"], (name, row)
-    assert all(b is not None for b in found["smallest_bias_detected"].values())
+        assert row["caught"], (name, row)
+    for output, fraction in found["smallest_bias_detected"].items():
+        assert fraction is not None and fraction <= SAMPLED_TARGET_BIAS, (name, output,
+                                                                          fraction)
