@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kernels.splash_attention as splash
-from kernels.splash_attention import baselines, bounds, oracle_rows
+from kernels.splash_attention import baselines, bounds, masks, oracle_rows
 
 pytestmark = pytest.mark.host_rehearsal  # numpy bounds and XLA baselines: both stacks
 
@@ -92,3 +92,47 @@ def test_a_correct_execution_fails_without_the_term_that_covers_it(dtype, scale,
     else:
         monkeypatch.setattr(bounds, term, dropped)
     assert not check()
+
+
+def emulated_dq(params: dict, inputs: dict) -> np.ndarray:
+    """dq as a kernel computes it, in numpy: D = do·out from the forward's output rounded
+    to the dtype, dS = P (dP − D) rounded to the dtype before dS·k, dq rounded."""
+    dtype = inputs["q"].dtype
+    want = splash.oracle(params, inputs)
+    visible = masks.dense_mask(params)
+    group = params["heads_q"] // params["heads_kv"]
+    dq = np.zeros(inputs["q"].shape)
+    for h in range(params["heads_q"]):
+        q, do = (inputs[n][h].astype(np.float64) for n in ("q", "do"))
+        k, v = (inputs[n][h // group].astype(np.float64) for n in ("k", "v"))
+        logits = np.where(visible, q @ k.T, -np.inf)
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        d = (do * want["out"][h].astype(dtype).astype(np.float64)).sum(axis=1)
+        ds = (p * (do @ v.T - d[:, None])).astype(dtype).astype(np.float64)
+        dq[h] = ds @ k
+    return dq.astype(dtype)
+
+
+def test_dq_passes_by_ds_shift_along_d_and_fails_without_it_or_with_a_bias():
+    """A kernel's D error moves a dq row along w_i = Σ_j P_ij k_j: the check allows that
+    shift (bounds.along_d) within D's bound and nothing else. The emulated kernel passes;
+    the same held to the bound without D's term and no shift fails; a 1% bias of dq's RMS
+    (off w_i) fails; a shift along w_i past D's bound fails."""
+    params = problem()
+    inputs = splash.make_inputs(params, np.random.default_rng())
+    want = splash.oracle(params, inputs)["dq"]
+    got = emulated_dq(params, inputs)
+    tolerance = {"atol": 0.0, "rtol": bounds.UNIT["bfloat16"]}
+    found = splash.compare(params, inputs, "dq", got, want, tolerance)
+    assert found["passed"] and found["along_d"]["max_shift_over_bound"] > 0.01, found
+    terms = bounds.every_gradient_bound(params, inputs)
+    unshifted = bounds.compare(got, want, terms["dq_free_bound"], **tolerance)
+    assert not unshifted["passed"], unshifted  # D's error is there, and only the shift covers it
+    assert found["worst_error_over_tolerance"] < unshifted["worst_error_over_tolerance"]
+    rms = np.sqrt(np.mean(want**2))
+    biased = (got.astype(np.float64) + 0.01 * rms).astype(got.dtype)
+    assert not splash.compare(params, inputs, "dq", biased, want, tolerance)["passed"]
+    past = got.astype(np.float64) + 3 * terms["dq_shift"] * terms["dq_direction"]
+    assert not splash.compare(params, inputs, "dq", past.astype(got.dtype), want,
+                              tolerance)["passed"]
