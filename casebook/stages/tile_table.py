@@ -44,13 +44,6 @@ def tuned_variants(spec: dict[str, Any], target: str) -> list[str]:
     return section.get("tpu_variants" if target in off_device.TPU_TARGETS else "variants", [])
 
 
-def read(path: str | Path) -> dict[str, Any]:
-    """The table at ``path``, checked against its schema."""
-    table = config.read_yaml(Path(path))
-    config.validate(path, table, SCHEMA)
-    return table
-
-
 def _without(params: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != key}
 
