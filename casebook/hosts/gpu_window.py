@@ -90,7 +90,22 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
         for test in step.get("tests", []):
             if not (paths.SOURCE_ROOT / test).exists():
                 raise CasebookError(path, f"steps.{i}.tests", f"{test} does not exist")
+    _check_record_shape(path, window)
     return window
+
+
+def _check_record_shape(path: Path, window: dict[str, Any]) -> None:
+    """Refuse a plan whose window record the records schema would refuse, before any
+    step runs (that record is written after the last step, when the chip's time is spent)."""
+    steps = [{"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
+              "what": step["what"], "log": "", "status": "skipped: no time left",
+              "exit_code": None, "seconds": 0.0} for step in window["steps"]]
+    try:
+        records.check(path, "gpu_window", records.stamp("gpu_window", {
+            "target": "cpu", "total_s": window["total_s"], "seconds": 0.0, "steps": steps}))
+    except CasebookError as error:
+        raise CasebookError(path, "steps", f"its window record would be refused: "
+                            f"{error}") from None
 
 
 def _snakemake(target: str, overlay: str, *targets: str) -> list[str]:
@@ -314,7 +329,11 @@ def run(window: dict[str, Any], target: str, out: Path,
                              {key: earlier[key] for key in ("commit", "created_at", "seconds")}]
         if dropped:
             body["not_carried"] = dropped
-    records.write(paths.gpu_window_record(target), "gpu_window", body)
+    try:
+        records.write(paths.gpu_window_record(target), "gpu_window", body)
+    except CasebookError:  # the chip's records are packed all the same
+        archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
+        raise
     packed = archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
     return {**body, "archive": packed}
 

@@ -106,6 +106,74 @@ def test_a_step_taking_the_rest_leaves_the_later_steps_their_budgets(tmp_path, m
     assert 4 <= done["steps"][0]["seconds"] <= 5.5  # 8 s of steps, 3 held back
 
 
+PLAN_STEP_NAMES = config.read_yaml(gpu_window.WINDOW_SCHEMA)["properties"]["steps"]["items"][
+    "properties"]["name"]["enum"]
+
+
+def test_every_step_a_plan_may_name_gets_a_window_record(tmp_path, monkeypatch):
+    """The window record is written after the last step, when the chip's time is spent:
+    every step name the plan's schema allows must pass the record's schema (a TPU window
+    ran 571 s of check_power and autotune steps, then its record was refused)."""
+    monkeypatch.chdir(tmp_path)
+    write_target_records(tmp_path, "h200")
+    window = copy.deepcopy(gpu_window.load())
+    window.update(total_s=60, pack_s=5, steps=[
+        {"name": name, "case": "splash_attention", "budget_s": "rest", "what": name}
+        for name in PLAN_STEP_NAMES])
+    quick = [[sys.executable, "-c", "print('ok')"]]
+    monkeypatch.setattr(gpu_window, "commands", lambda w, t, o: [quick] * len(w["steps"]))
+    done = gpu_window.run(window, "h200", tmp_path / "out")
+    assert [s["name"] for s in done["steps"]] == PLAN_STEP_NAMES
+    assert [s["status"] for s in done["steps"]] == ["done"] * len(PLAN_STEP_NAMES)
+    records.read(paths.gpu_window_record("h200"), "gpu_window")
+
+
+def test_a_plan_whose_window_record_would_be_refused_is_refused_before_it_runs(
+        tmp_path, monkeypatch):
+    refused = records.check
+
+    def old_schema(path, kind, data):  # the records schema as it was before check_power steps
+        if kind == "gpu_window" and any(s["name"] == "check_power" for s in data["steps"]):
+            raise CasebookError(path, "steps.1.name", "'check_power' is not one of [...]")
+        refused(path, kind, data)
+
+    monkeypatch.setattr(records, "check", old_schema)
+    path = tmp_path / "plan.yaml"
+    plan = config.read_yaml(paths.SOURCE_ROOT / "configs" / "tpu-window.yaml")
+    path.write_text(yaml.safe_dump(plan))
+    with pytest.raises(CasebookError, match=f"{path}: steps: its window record would be "
+                                            "refused: .*'check_power' is not one of"):
+        gpu_window.load(path)
+    plan["steps"] = [s for s in plan["steps"] if s["name"] != "check_power"]
+    path.write_text(yaml.safe_dump(plan))
+    gpu_window.load(path)
+
+
+def test_a_refused_window_record_still_packs_the_chips_records(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    window = copy.deepcopy(gpu_window.load())
+    window.update(total_s=30, pack_s=5, steps=[
+        {"name": "measure", "case": "splash_attention", "budget_s": "rest", "what": "x"}])
+    made = "results/h200/case/time/v/p.samples.csv"  # what the step measured
+    measure = ("import pathlib; p = pathlib.Path('" + made + "'); "
+               "p.parent.mkdir(parents=True); p.write_text('sample,seconds\\n0,1e-3\\n')")
+    monkeypatch.setattr(gpu_window, "commands",
+                        lambda w, t, o: [[[sys.executable, "-c", measure]]])
+    written = records.write
+
+    def refuse(path, kind, body):
+        if kind == "gpu_window":
+            raise CasebookError(path, "steps.0.name", "refused")
+        return written(path, kind, body)
+
+    monkeypatch.setattr(records, "write", refuse)
+    with pytest.raises(CasebookError, match=r"steps\.0\.name: refused"):
+        gpu_window.run(window, "h200", tmp_path / "out")
+    [packed] = (tmp_path / "out").glob("*.tar.xz")
+    with tarfile.open(packed) as tar:
+        assert made in tar.getnames()
+
+
 def test_a_cpu_host_is_refused_a_gpu_target(capsys):
     assert gpu_window.main(["--target", "h200", "--out", "x"]) == 1
     assert "this host is cpu" in capsys.readouterr().err
