@@ -262,6 +262,16 @@ def _carry(target: str, archives: list[Path]) -> tuple[float, dict[str, Any], li
     return carried + 1, earlier, [str(p) for p in dropped if p.suffix == ".json"]
 
 
+def _continues(archives: list[Path], target: str) -> str:
+    """The earlier windows' archives checked here as the window's host will check them
+    (a start of the device spent on an archive it refuses is a start lost)."""
+    for path in archives:
+        found, _, _ = archive.check(path, on_host=True)
+        if found != target:
+            raise CasebookError(path, None, f"an archive of target {found}, not {target}")
+    return f"continues {len(archives)} earlier windows' archives of {target} (checked)"
+
+
 def _step_holder(step: dict[str, Any], target: str) -> Any:
     """A chip holder for a step's Snakemake runs on a TPU (they find it in the environment
     and start none of their own), else None. A pytest step opens the chip itself."""
@@ -374,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         target = args.target or found
         if args.dry_run:
             print(describe(window, target))
+            if args.continues:
+                print(_continues(args.continues, target))
             return 0
         if target == "cpu" or found != target:
             raise CasebookError("--target", None, f"{target}: this host is {found}; the window "

@@ -174,6 +174,22 @@ def test_a_refused_window_record_still_packs_the_chips_records(tmp_path, monkeyp
         assert made in tar.getnames()
 
 
+def test_the_dry_run_checks_the_archives_a_window_continues(tmp_path, capsys):
+    """An archive the window's host would refuse is refused here, before a device start
+    is spent on it (a start was lost to an early archive without env and host records)."""
+    good = make_archive(tmp_path)
+    assert gpu_window.main(["--dry-run", "--target", "h200", "--continue", str(good)]) == 0
+    assert "continues 1 earlier windows' archives of h200 (checked)" in capsys.readouterr().out
+    bare = tmp_path / "bare.tar.xz"
+    with tarfile.open(bare, "w:xz") as tar:
+        tar.add(tmp_path / "source" / "results" / "h200" / "case", arcname="results/h200/case")
+    assert gpu_window.main(["--dry-run", "--target", "h200", "--continue", str(good),
+                            str(bare)]) == 1
+    assert f"{bare}: results/h200/env.json: missing" in capsys.readouterr().err
+    assert gpu_window.main(["--dry-run", "--target", "tpu-v5e", "--continue", str(good)]) == 1
+    assert "an archive of target h200, not tpu-v5e" in capsys.readouterr().err
+
+
 def test_a_cpu_host_is_refused_a_gpu_target(capsys):
     assert gpu_window.main(["--target", "h200", "--out", "x"]) == 1
     assert "this host is cpu" in capsys.readouterr().err
