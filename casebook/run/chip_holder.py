@@ -29,6 +29,7 @@ import contextlib
 import gc
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -109,6 +110,10 @@ def _run_here(request: dict[str, Any], fds: list[int]) -> int:
         gc.collect()
 
 
+def _end_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def serve(path: str, parent: int, reports: Path = LOG_DIR) -> None:
     """Import everything, open the chip, then run each job sent to ``path``, one at a
     time, until ``parent`` is gone; SIGTERM ends it (and the job it runs). What it cost
@@ -122,6 +127,10 @@ def serve(path: str, parent: int, reports: Path = LOG_DIR) -> None:
     if missing:
         sys.stderr.write(f"casebook chip holder: not imported: {', '.join(missing)}\n")
     kind, opened_s = _open_device()  # every import done first, as a job's process does
+    # Ended by SIGTERM between jobs (a step's end), it leaves through ``finally`` below,
+    # not through the handler the TPU runtime installs on opening the chip (a stack dump in
+    # every window log); during a job SIGTERM ends it at once, as the job's own process.
+    signal.signal(signal.SIGTERM, _end_on_sigterm)
     summary = {"pid": os.getpid(), "device_kind": kind, "opened_s": round(opened_s, 3),
                "jobs": 0, "failed": 0, "job_s": 0.0}
     report = reports / f"{os.getpid()}.json"
@@ -146,7 +155,11 @@ def serve(path: str, parent: int, reports: Path = LOG_DIR) -> None:
                 request, fds = received
                 worker.send_status(conn, os.getpid())  # the process signals are relayed to
                 began = time.perf_counter()
-                code = _run_here(request, fds)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a job stopped ends it at once
+                try:
+                    code = _run_here(request, fds)
+                finally:
+                    signal.signal(signal.SIGTERM, _end_on_sigterm)
                 summary["jobs"] += 1
                 summary["failed"] += code != 0
                 summary["job_s"] = round(summary["job_s"] + time.perf_counter() - began, 3)

@@ -188,6 +188,17 @@ def test_the_holder_outlives_the_run_of_a_job_it_served(holder, tmp_path):
     assert second.returncode == 0 and facts(second.stdout)["pid"] == str(process.pid)
 
 
+def test_a_holder_stopped_between_jobs_ends_through_its_own_exit(holder, tmp_path):
+    """A step's end stops its idle holder with SIGTERM: it leaves through its own exit
+    (its socket removed, its jobs counted), not through the handler the TPU runtime
+    installs when the chip opens, which prints a stack dump into the window's log."""
+    process, path, _ = holder
+    assert run_job(tmp_path, path).returncode == 0
+    chip_holder.stop(process)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert not path.exists()
+
+
 def test_a_job_stopped_by_its_run_ends_the_holder_with_it(holder, tmp_path):
     """SIGTERM to the job's process (Snakemake stopping it) is relayed to the holder,
     which the job runs in: the job ends, and the holder with it (the next job of the run,
