@@ -94,12 +94,17 @@ def load(path: Path = WINDOW_CONFIG) -> dict[str, Any]:
     return window
 
 
+def _entry(step: dict[str, Any], log: str) -> dict[str, Any]:
+    """A step's line in the window record, before its outcome."""
+    return {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
+            "what": step["what"], "log": log}
+
+
 def _check_record_shape(path: Path, window: dict[str, Any]) -> None:
     """Refuse a plan whose window record the records schema would refuse, before any
     step runs (that record is written after the last step, when the chip's time is spent)."""
-    steps = [{"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
-              "what": step["what"], "log": "", "status": "skipped: no time left",
-              "exit_code": None, "seconds": 0.0} for step in window["steps"]]
+    steps = [{**_entry(step, ""), "status": "skipped: no time left", "exit_code": None,
+              "seconds": 0.0} for step in window["steps"]]
     try:
         records.check(path, "gpu_window", records.stamp("gpu_window", {
             "target": "cpu", "total_s": window["total_s"], "seconds": 0.0, "steps": steps}))
@@ -309,8 +314,7 @@ def run(window: dict[str, Any], target: str, out: Path,
                    else min(step["budget_s"], left))
         log = Path(paths.log("gpu_window",
                              f"{index:02d}_{step['name']}_{step.get('case', '')}{suffix}"))
-        entry = {"name": step["name"], "case": step.get("case"), "budget_s": step["budget_s"],
-                 "what": step["what"], "log": str(log)}
+        entry = _entry(step, str(log))
         if seconds < 1 or (continuing and step["name"] == "records"):
             steps.append({**entry, "exit_code": None, "seconds": 0.0,
                           "status": CARRIED if seconds >= 1 else "skipped: no time left"})
@@ -341,10 +345,8 @@ def run(window: dict[str, Any], target: str, out: Path,
             body["not_carried"] = dropped
     try:
         records.write(paths.gpu_window_record(target), "gpu_window", body)
-    except CasebookError:  # the chip's records are packed all the same
-        archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
-        raise
-    packed = archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
+    finally:  # a refused window record still leaves the chip's records packed
+        packed = archive.pack(target, out, int(window["archive_mib"] * 2**20), since)
     return {**body, "archive": packed}
 
 
