@@ -127,10 +127,14 @@ def baseline_sol(ev: Evidence, name: str, point: str) -> float | None:
     return None if record is None else sol_fraction(record)
 
 
-def _sol_best(ev: Evidence) -> float | None:
-    """The largest fraction of the speed of light a timed device record reached."""
-    return max((f for f in map(sol_fraction, ev.time.values()) if f is not None),
-               default=None)
+def _sol_best(ev: Evidence) -> tuple[float, bool] | None:
+    """The largest fraction of the speed of light a timed device record reached, and
+    whether it is stale: among the records current at these sources where any is (a
+    stale one's figure would read as today's), else among all."""
+    found = [(f, ev.stale_at(variant, point)) for (variant, point), record in ev.time.items()
+             if (f := sol_fraction(record)) is not None]
+    current = [item for item in found if not item[1]]
+    return max(current or found, default=None)
 
 
 def badges(ev: Evidence) -> list[dict[str, str]]:
@@ -171,11 +175,14 @@ def badges(ev: Evidence) -> list[dict[str, str]]:
         found.append({"text": f"{best.speedup:.1f}× faster", "tone": "ok",
                       "title": f"{variant} against {name} at {point} (paired, FASTER)"
                       + ("" if own is None else f"; {name} there at {own:.1%} of SOL")})
-    sol = _sol_best(ev)
-    if sol is not None:
+    best = _sol_best(ev)
+    if best is not None:
+        sol, stale = best
         found.append({"text": f"{sol:.0%} of SOL", "tone": "note",
                       "title": "the largest fraction of the speed of light a device-timed "
-                               "record reached"})
+                               "record reached" + (", in a stale record (no current one "
+                                                   "has a fraction)" if stale else
+                                                   ", among the current records")})
     if ev.stale:
         found.append({"text": "STALE", "tone": "bad",
                       "title": "records made from other kernel sources, case config or "

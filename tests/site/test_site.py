@@ -406,6 +406,25 @@ def test_a_page_whose_inputs_do_not_read_back_is_rendered_as_failed(tmp_path, mo
         "index.html", "methods.html", "moe_nvfp4.html"}
 
 
+def test_the_index_gives_the_best_fraction_of_sol_among_current_records_where_any_is():
+    """A stale record's fraction (made from other sources) does not stand as today's
+    best beside a current one; where every record is stale, its best is given and said
+    to be stale."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    ev.time["v", "p"]["speed_of_light"] = {"fraction": 0.42}
+    ev.time["v", "q"] = {**ev.time["v", "p"], "point": "q",
+                         "speed_of_light": {"fraction": 0.65}}
+    ev.verify["v", "q"] = {**ev.verify["v", "p"], "sources_sha256": "older"}
+    ev.current_sha256 = {("v", "q"): "current"}
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert "65% of SOL" not in said and said["STALE"]["tone"] == "bad"
+    assert said["42% of SOL"]["title"].endswith("among the current records")
+    ev.current_sha256[("v", "p")] = "current"
+    ev.verify["v", "p"] = {**ev.verify["v", "p"], "sources_sha256": "older"}
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert "42% of SOL" not in said and "in a stale record" in said["65% of SOL"]["title"]
+
+
 def test_the_index_badges_say_what_the_case_page_says_in_a_few_words():
     """Verified n/m, FAILED, not run here (the reason on hover), WEAK, where it was timed,
     the best paired speedup, the best fraction of the speed of light, STALE."""
