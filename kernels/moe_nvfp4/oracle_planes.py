@@ -16,6 +16,9 @@ Each output is a stack of planes, NaN on rows past masked_m (never computed):
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from kernels.moe_nvfp4 import numerics, oracle_f64
@@ -74,7 +77,7 @@ def a2_planes(a1: np.ndarray, inputs: dict[str, np.ndarray], valid: np.ndarray
     w1 = numerics.dequantize(inputs["w1_packed"], inputs["w1_scales"])
     alpha = np.asarray(inputs["alpha1"], np.float64)[:, None, None]
     a1 = np.where(valid[..., None], a1, 0.0)
-    h = np.einsum("emk,enk->emn", a1, w1) * alpha
+    h = oracle_f64.gemm_nt(a1, w1) * alpha
     h_error = oracle_f64.f32_gemm_error(np.abs(a1), np.abs(w1)) * np.abs(alpha)
     act = oracle_f64.silu_mul(h)
     return code_planes(act, inputs["a2_gs"], valid, oracle_f64.silu_mul_error(h, h_error))
@@ -83,11 +86,26 @@ def a2_planes(a1: np.ndarray, inputs: dict[str, np.ndarray], valid: np.ndarray
 def gemm_bound(a_abs, a_flip, b_abs) -> np.ndarray:
     """f32 accumulation of A·Bᵀ with A possibly off by ``a_flip`` per element."""
     return (oracle_f64.f32_gemm_error(a_abs + a_flip, b_abs)
-            + np.einsum("emk,enk->emn", a_flip, b_abs))
+            + oracle_f64.gemm_nt(a_flip, b_abs))
 
 
 def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every stage's planes for one problem (see the module docstring)."""
+    """Every stage's planes for one problem (see the module docstring). Experts are
+    independent (every input is per expert): from numerics.PARALLEL_FROM hidden elements
+    each expert's planes are computed on a thread of its own, bit for bit alike."""
+    experts = len(inputs["masked_m"])
+    threads = min(experts, len(os.sched_getaffinity(0)))
+    if threads == 1 or inputs["hidden"].size < numerics.PARALLEL_FROM:
+        return _planes(inputs)
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(
+            lambda e: _planes({name: value[e:e + 1] for name, value in inputs.items()}),
+            range(experts)))
+    return {name: np.concatenate([part[name] for part in parts], axis=1)
+            for name in parts[0]}
+
+
+def _planes(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     hidden, masked = inputs["hidden"], inputs["masked_m"]
     valid = oracle_f64.valid_rows(masked, hidden.shape[1])
     rows = valid[..., None]
@@ -107,7 +125,7 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     gemm2 = np.stack([out, oracle_f64.f32_gemm_error(np.abs(a2), np.abs(w2))
                       * (1 + BF16_HALF_ULP)])
 
-    dense_h = np.einsum("emk,enk->emn", hidden, w1)
+    dense_h = oracle_f64.gemm_nt(hidden, w1)
     dense_act = oracle_f64.silu_mul(dense_h)
     return {
         "a1": code_planes(hidden, inputs["a1_gs"], valid, zeros),
@@ -122,7 +140,7 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # (checks.compare, whole_path), not these planes' bound.
         "out_fused": gemm2,
         "out_unfused": gemm2,
-        "out_dense": np.stack([np.where(rows, np.einsum("emn,ekn->emk", dense_act, w2),
+        "out_dense": np.stack([np.where(rows, oracle_f64.gemm_nt(dense_act, w2),
                                         np.nan),
                                dense_bound(hidden, w1, w2, dense_h)]),
     }
@@ -132,13 +150,13 @@ def dense_bound(hidden, w1, w2, h) -> np.ndarray:
     """The bf16 dense path (weights rounded to bf16, h and act materialised in bf16, f32
     accumulation): each rounding 2**-8 relative, propagated through both GEMMs."""
     rel = BF16_HALF_ULP
-    terms1 = np.einsum("emk,enk->emn", np.abs(hidden), np.abs(w1))
+    terms1 = oracle_f64.gemm_nt(np.abs(hidden), np.abs(w1))
     h_error = rel * terms1 + oracle_f64.f32_gemm_error(np.abs(hidden), np.abs(w1))
     h_error += rel * (np.abs(h) + h_error)  # h stored as bf16
     act = oracle_f64.silu_mul(h)
     act_error = oracle_f64.silu_mul_error(h, h_error)
     act_error += rel * (np.abs(act) + act_error)  # act stored as bf16
     act_abs = np.abs(act) + act_error
-    return (np.einsum("emn,ekn->emk", act_error, np.abs(w2))
-            + rel * np.einsum("emn,ekn->emk", act_abs, np.abs(w2))
+    return (oracle_f64.gemm_nt(act_error, np.abs(w2))
+            + rel * oracle_f64.gemm_nt(act_abs, np.abs(w2))
             + oracle_f64.f32_gemm_error(act_abs, np.abs(w2)))

@@ -43,7 +43,7 @@ def _w2(inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _gemm2(a2: np.ndarray, w2: np.ndarray, alpha2: np.ndarray) -> np.ndarray:
-    return np.einsum("emn,ekn->emk", a2, w2) * np.asarray(alpha2, np.float64)[:, None, None]
+    return oracle_f64.gemm_nt(a2, w2) * np.asarray(alpha2, np.float64)[:, None, None]
 
 
 def _gemm2_bound(a2_abs: np.ndarray, w2: np.ndarray, alpha2: np.ndarray) -> np.ndarray:

@@ -850,22 +850,23 @@ def test_a_record_made_with_another_tile_row_is_not_carried(tmp_path, monkeypatc
 
 
 def test_the_tpu_plans_measure_cases_01_and_03_before_case_02():
-    """Cases 01 and 03 (a few minutes: measured, then their check power) come before case
-    02's measurements, which hold the chip for windows, each step taking the rest, then
-    case 02's check power, and the other points' tile choices last; the dry run lists each
-    of their comparisons."""
+    """Cases 01 and 03 at their points (a few minutes: measured, then their check power)
+    come before case 02's measurements, which hold the chip for windows, each step taking
+    the rest, then case 02's check power, case 01 at the upstream benchmark's shapes (a
+    minute or more a point on the host), and the other points' tile choices last; the dry
+    run lists each of their comparisons."""
     for plan in ("configs/tpu-window.yaml", "configs/tpu-window-short.yaml"):
         steps = gpu_window.load(paths.SOURCE_ROOT / plan)["steps"]
         assert [(s["name"], s.get("case")) for s in steps] == [
             ("records", None), ("autotune", "splash_attention"), ("measure", "moe_nvfp4"),
             ("measure", "grouped_gemm_fp8_bf16"), ("check_power", "moe_nvfp4"),
             ("check_power", "grouped_gemm_fp8_bf16"), ("measure", "splash_attention"),
-            ("check_power", "splash_attention"), ("autotune", None)]
+            ("check_power", "splash_attention"), ("measure", "moe_nvfp4"), ("autotune", None)]
         done = subprocess.run([sys.executable, "-m", "casebook.hosts.gpu_window", "--plan", plan,
                                "--target", "tpu-v5e", "--dry-run"], cwd=paths.SOURCE_ROOT,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        for step in steps[2:4]:
+        for step in [*steps[2:4], steps[-2]]:
             assert step["what"] in done.stdout
             for point in step["points"]:
                 assert paths.compare_record("tpu-v5e", step["case"], point) in done.stdout

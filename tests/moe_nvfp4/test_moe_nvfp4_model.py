@@ -173,3 +173,53 @@ def test_moe_stages_chain_and_respect_masked_m():
 def test_swizzle_pads_to_whole_atoms(shape):
     flat = numerics.swizzle(np.ones(shape, np.uint8))
     assert flat.shape[1] % 512 == 0
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_a_large_quantization_in_row_blocks_is_bit_for_bit_one_piece(monkeypatch, seed):
+    """From PARALLEL_FROM elements rows are quantized in blocks on threads (the upstream
+    benchmark's sizes); codes and scales are those of one piece, zero and −0 blocks and
+    subnormal scales included."""
+    rng = np.random.default_rng(seed)
+    x = problems.activations(rng, 3, 37, 256)
+    x[0, 3, :16], x[1, 5, 16:32], x[2, 7, 5] = 0, -0.0, np.float32(1e-30)
+    gs = problems.global_scale(x)
+    whole = numerics.quantize(x, gs)
+    monkeypatch.setattr(numerics, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(numerics.os, "sched_getaffinity", lambda pid: set(range(5)))
+    assert len(numerics.row_blocks(x)) == 5
+    blocks = numerics.quantize(x, gs)
+    for one, parts in zip(whole, blocks, strict=True):
+        assert one.dtype == parts.dtype and np.array_equal(one, parts)
+
+
+def test_the_float64_gemm_is_every_products_sum():
+    """gemm_nt (BLAS) against an exact sum: integer-valued products, exact in float64."""
+    rng = np.random.default_rng(23)
+    a, b = rng.integers(-8, 8, (2, 5, 40)), rng.integers(-8, 8, (2, 7, 40))
+    want = (a[:, :, None, :] * b[:, None, :, :]).sum(-1)
+    got = oracle_f64.gemm_nt(a.astype(np.float32), b)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+
+
+def test_a_large_oracle_computed_expert_by_expert_is_bit_for_bit_the_batched_one(
+        monkeypatch):
+    """From PARALLEL_FROM hidden elements each expert's planes are computed on a thread
+    of its own (every input is per expert): every plane as the batched computation's."""
+    from kernels.moe_nvfp4 import inputs, oracle_planes
+
+    params = {"experts": 3, "m": 128, "expected_m": 64, "hidden": 256, "inter": 256}
+    given = inputs.make(params, np.random.default_rng(24))
+    whole = oracle_planes.oracle(given)
+    monkeypatch.setattr(numerics, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(oracle_planes.os, "sched_getaffinity", lambda pid: {0, 1})
+    calls = []
+    planes_of = oracle_planes._planes
+    monkeypatch.setattr(oracle_planes, "_planes", lambda part: calls.append(
+        part["hidden"].shape) or planes_of(part))
+    split = oracle_planes.oracle(given)
+    assert calls == [(1, 128, 256)] * 3
+    assert whole.keys() == split.keys()
+    for name, planes in whole.items():
+        assert planes.shape == split[name].shape
+        assert np.array_equal(planes, split[name], equal_nan=True), name
