@@ -102,9 +102,16 @@ def quantize(x: np.ndarray, gs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def row_blocks(x: np.ndarray) -> list[slice]:
     """x's rows (axis 1) in one block per allowed CPU from PARALLEL_FROM elements, else
     in one."""
-    count = len(os.sched_getaffinity(0)) if x.size >= PARALLEL_FROM else 1
+    count = usable_cpus() if x.size >= PARALLEL_FROM else 1
     edges = np.linspace(0, x.shape[1], min(count, x.shape[1]) + 1).astype(int).tolist()
     return [slice(lo, hi) for lo, hi in itertools.pairwise(edges)]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (all of them where the OS cannot say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _quantize(x: np.ndarray, gs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

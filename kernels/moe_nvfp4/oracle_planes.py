@@ -16,7 +16,6 @@ Each output is a stack of planes, NaN on rows past masked_m (never computed):
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -94,7 +93,7 @@ def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     independent (every input is per expert): from numerics.PARALLEL_FROM hidden elements
     each expert's planes are computed on a thread of its own, bit for bit alike."""
     experts = len(inputs["masked_m"])
-    threads = min(experts, len(os.sched_getaffinity(0)))
+    threads = min(experts, numerics.usable_cpus())
     if threads == 1 or inputs["hidden"].size < numerics.PARALLEL_FROM:
         return _planes(inputs)
     with ThreadPoolExecutor(threads) as pool:

@@ -186,7 +186,7 @@ def test_a_large_quantization_in_row_blocks_is_bit_for_bit_one_piece(monkeypatch
     gs = problems.global_scale(x)
     whole = numerics.quantize(x, gs)
     monkeypatch.setattr(numerics, "PARALLEL_FROM", 1)
-    monkeypatch.setattr(numerics.os, "sched_getaffinity", lambda pid: set(range(5)))
+    monkeypatch.setattr(numerics, "usable_cpus", lambda: 5)
     assert len(numerics.row_blocks(x)) == 5
     blocks = numerics.quantize(x, gs)
     for one, parts in zip(whole, blocks, strict=True):
@@ -212,7 +212,7 @@ def test_a_large_oracle_computed_expert_by_expert_is_bit_for_bit_the_batched_one
     given = inputs.make(params, np.random.default_rng(24))
     whole = oracle_planes.oracle(given)
     monkeypatch.setattr(numerics, "PARALLEL_FROM", 1)
-    monkeypatch.setattr(oracle_planes.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(numerics, "usable_cpus", lambda: 2)
     calls = []
     planes_of = oracle_planes._planes
     monkeypatch.setattr(oracle_planes, "_planes", lambda part: calls.append(
