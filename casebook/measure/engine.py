@@ -94,6 +94,19 @@ class Workload:
     runnable: Runnable
     make_inputs: Callable[[np.random.Generator], dict[str, np.ndarray]]
     check: Check | None = None
+    drawn: Drawn | None = None  # the first set, already drawn by the caller
+
+
+@dataclasses.dataclass(frozen=True)
+class Drawn:
+    """Host inputs a caller drew from ``np.random.default_rng(seed)`` (to check a call on
+    them first), and that generator after the draw: a measurement with the same seed
+    takes them as its first set and draws the next ones from ``rng``, as if it had drawn
+    them itself (a draw can cost far more than a call: case 01 at the upstream sizes)."""
+
+    seed: int
+    inputs: dict[str, np.ndarray]
+    rng: np.random.Generator
 
 
 @dataclasses.dataclass
@@ -212,10 +225,11 @@ def measure(workload: Workload, settings: Settings, cache_mode: str, seed: int,
 
 @dataclasses.dataclass
 class _Prepared:
-    """An input set as prepared: the generator state its host inputs were drawn from (to
-    draw them again for the oracle) and its arguments' ``guards.digests``."""
+    """An input set as prepared: the host inputs it was prepared from (kept apart: the
+    runnable is given a copy, so the oracle reads what the set held), and its arguments'
+    ``guards.digests``."""
 
-    rng_state: dict[str, Any]
+    source: dict[str, np.ndarray] | None  # None: a guard's probe set
     digests: list[str | None]
 
 
@@ -241,37 +255,41 @@ class _Subject:
         return self.workload.runnable
 
     def inputs_of(self, args: tuple[Any, ...]) -> dict[str, np.ndarray]:
-        """The host inputs ``args`` were prepared from, drawn again."""
-        rng = np.random.default_rng()
-        rng.bit_generator.state = self.prepared[id(args)].rng_state
-        return self.workload.make_inputs(rng)
+        """A copy of the host inputs ``args`` were prepared from."""
+        return _copied(self.prepared[id(args)].source)
+
+
+def _copied(host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: np.array(value, copy=True) for name, value in host.items()}
 
 
 def _subject(workload: Workload, cache_mode: str, seed: int, devices: Devices) -> _Subject:
     runnable = workload.runnable
-    rng = np.random.default_rng(seed)
-    # The first set is drawn now: its size plans the cache state, and it is the first set
-    # prepared (a draw can cost far more than a call: case 01 at the upstream sizes).
-    first = [(rng.bit_generator.state, workload.make_inputs(rng))]
-    set_bytes = sum(a.nbytes for a in first[0][1].values())
+    # The first set is drawn now (or was, by the caller): its size plans the cache state,
+    # and it is the first set prepared.
+    if workload.drawn is None:
+        rng = np.random.default_rng(seed)
+        first = [workload.make_inputs(rng)]
+    elif workload.drawn.seed != seed:
+        raise ValueError(f"inputs drawn from seed {workload.drawn.seed} given to a "
+                         f"measurement of seed {seed}")
+    else:
+        rng, first = workload.drawn.rng, [workload.drawn.inputs]
+    set_bytes = sum(a.nbytes for a in first[0].values())
     prepared: dict[int, _Prepared] = {}
-    drawn: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (rng state, host inputs)
+    drawn: list[dict[str, np.ndarray]] = []  # the sources of sets 0 .. FRESH_DRAWS - 1
 
     def prepare_set(index: int) -> tuple[Any, ...]:
         if index >= 0 and len(drawn) == cache.FRESH_DRAWS:
-            rng_state, source = drawn[index % cache.FRESH_DRAWS]
-            host = {name: np.array(value, copy=True) for name, value in source.items()}
+            source = drawn[index % cache.FRESH_DRAWS]
         else:
-            if first:
-                rng_state, host = first.pop()
-            else:
-                rng_state = rng.bit_generator.state
-                host = workload.make_inputs(rng)
+            source = first.pop() if first else workload.make_inputs(rng)
             if index >= 0:
-                drawn.append((rng_state, host))
-        args = runnable.prepare(host)
+                drawn.append(source)
+        kept = index >= 0  # a guard's probe set (index < 0) is never checked
+        args = runnable.prepare(_copied(source) if kept else source)
         runnable.sync(args)  # inputs resident before any call is timed on them
-        prepared[id(args)] = _Prepared(rng_state, guards.digests(args))
+        prepared[id(args)] = _Prepared(source if kept else None, guards.digests(args))
         return args
 
     state = cache.plan(cache_mode, prepare_set, set_bytes, devices.tools, runnable.stream)

@@ -71,15 +71,17 @@ def host_peaks(floor_path: str) -> dict[str, Any] | None:
 def measure(runnable: Runnable, make_inputs, measurement: dict[str, Any], cache_mode: str,
              seed: int, samples_path: str, floor: float | None,
              bound: dict[str, Any] | None = None,
-             check: engine.Check | None = None) -> dict[str, Any]:
+             check: engine.Check | None = None,
+             drawn: engine.Drawn | None = None) -> dict[str, Any]:
     """The engine's measurement and its samples table, or why none could be made;
     ``floor``: the host's noise floor the interval is widened to (None: not widened);
     ``bound``: the speed of light on this GPU (``speed_of_light``), below which a median
     is refused as impossible (its samples kept), and beside which it is recorded;
-    ``check``: the oracle a timed call's output is held to (``verify.oracle_check``)."""
+    ``check``: the oracle a timed call's output is held to (``verify.oracle_check``);
+    ``drawn``: the first input set, already drawn from ``seed``."""
     settings = settings_for(runnable, measurement)
     try:
-        result = engine.measure(engine.Workload(runnable, make_inputs, check), settings,
+        result = engine.measure(engine.Workload(runnable, make_inputs, check, drawn), settings,
                                 cache_mode, seed, engine.Devices.find())
     except guards.Unmeasurable as error:
         samples_file.write(samples_path, [])
@@ -154,9 +156,11 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
         return records.write(out, "baseline", {
             **body, "timed": False, "not_timed_reason": f"not run here: {reason}"})
     seed = verify.draw_seed()
-    inputs = plugin.make_inputs(params, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    inputs = plugin.make_inputs(params, rng)  # checked here, then the measurement's first set
     try:
-        outputs = runnable.fetch(runnable.call(*runnable.prepare(inputs)))
+        outputs = runnable.fetch(runnable.call(*runnable.prepare(
+            {name: np.array(value, copy=True) for name, value in inputs.items()})))
     except Exception as error:  # only running out of memory is kept
         if not out_of_memory(error):
             raise
@@ -180,7 +184,8 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
                            host_floor(floor_path), speed_of_light.for_target(
                                plugin, params, plugin.baseline_outputs(baseline), target,
                                host_peaks(floor_path)),
-                           verify.oracle_check(plugin, params, spec, path, runnable))}))
+                           verify.oracle_check(plugin, params, spec, path, runnable),
+                           engine.Drawn(seed, inputs, rng))}))
 
 
 def out_of_memory(error: BaseException) -> bool:

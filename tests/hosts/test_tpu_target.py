@@ -320,7 +320,8 @@ def test_case_01s_port_and_reference_are_not_runnable_on_a_tpu_its_baselines_are
 
 def test_cases_01_and_03_points_on_the_tpu_and_only_there():
     """Case 03's small example configurations are points of tpu-v5e (verify, time, both XLA
-    baselines, compare), lowered only on the CPU; case 01 measures its case points there."""
+    baselines, compare), lowered only on the CPU; case 01 measures its case points there and
+    the upstream benchmark's five shapes, which the CPU target only lowers."""
     grouped = config.load_case(SHIPPED, "grouped_gemm_fp8_bf16")
     on_tpu = [p["name"] for p in paths.for_target(grouped, "tpu-v5e")["points"]]
     assert on_tpu == ["ex69_defaults", "epilogue_multichunk", "convert_beta", "test_random",
@@ -334,8 +335,14 @@ def test_cases_01_and_03_points_on_the_tpu_and_only_there():
     assert not [r for r in paths.case_records(grouped, "cpu") if "/test_" in r]
     assert "test_fixed" not in on_tpu  # K 8192: the host's float64 check is too slow
     moe = config.load_case(SHIPPED, "moe_nvfp4")
+    upstream_shapes = ["g6_m1024", "g6_m512", "g1_m1024", "g2_m512", "g4_m256"]
     assert [p["name"] for p in paths.for_target(moe, "tpu-v5e")["points"]] == [
-        "e2_m128_h256_i256", "e3_m128_h512_i256"]
+        "e2_m128_h256_i256", "e3_m128_h512_i256", *upstream_shapes]
+    on_cpu = paths.for_target(moe, "cpu")
+    assert [p["name"] for p in on_cpu["points"]] == ["e2_m128_h256_i256", "e3_m128_h512_i256"]
+    assert set(upstream_shapes) <= {p["name"] for p in on_cpu["build_only_points"]}
+    assert paths.baseline_record("tpu-v5e", "moe_nvfp4", "ragged_dot", "g6_m1024") in (
+        paths.case_records(moe, "tpu-v5e"))
 
 
 def test_the_tpu_dag_holds_cases_01_and_03s_new_jobs():

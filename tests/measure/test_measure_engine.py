@@ -75,8 +75,9 @@ def test_cold_rotates_input_sets_past_the_last_level_cache():
 def test_a_cold_rotation_draws_a_few_sets_and_copies_them_into_memory_of_their_own(
         monkeypatch):
     """Past cache.FRESH_DRAWS a rotation set is a copy of an earlier draw: the same values
-    in new memory (the cache is cold whatever the values), drawn again for the oracle from
-    its source's generator state; a guard's probe set is always a fresh draw."""
+    in new memory (the cache is cold whatever the values); the oracle reads a copy of the
+    set's source, which the runnable never holds; a guard's probe set is always a fresh
+    draw."""
     monkeypatch.setattr(cache, "plan", functools.partial(cache.plan, llc_bytes=lambda: 1 << 20))
     draws = []
 
@@ -94,14 +95,70 @@ def test_a_cold_rotation_draws_a_few_sets_and_copies_them_into_memory_of_their_o
         subject.state.description)
     fresh = [s[0] for s in sets[:cache.FRESH_DRAWS]]
     assert not any(np.array_equal(fresh[0], f) for f in fresh[1:])
-    for i in (cache.FRESH_DRAWS, len(sets) - 1):
-        copy, source = sets[i][0], fresh[i % cache.FRESH_DRAWS]
-        assert np.array_equal(copy, source) and not np.shares_memory(copy, source)
-        assert np.array_equal(subject.inputs_of(sets[i])["x"], copy)
     before = len(draws)
+    for i in (0, cache.FRESH_DRAWS, len(sets) - 1):
+        copy, source = sets[i][0], fresh[i % cache.FRESH_DRAWS]
+        assert i < cache.FRESH_DRAWS or (
+            np.array_equal(copy, source) and not np.shares_memory(copy, source))
+        for_oracle = subject.inputs_of(sets[i])["x"]
+        assert np.array_equal(for_oracle, copy) and not np.shares_memory(for_oracle, copy)
+    assert len(draws) == before  # the oracle's inputs are kept, not drawn again
     probe = subject.prepare_set(-1)[0]
     assert len(draws) == before + 1
     assert not any(np.array_equal(probe, f) for f in fresh)
+
+
+def test_a_set_drawn_by_the_caller_is_the_first_set_and_the_next_draws_follow_it():
+    """time_baseline draws a set to check its baseline on; handed to the measurement of the
+    same seed, it is set 0 and the sets after it are those the measurement would have
+    drawn itself, one make_inputs call fewer; a set drawn from another seed is refused."""
+    draws = []
+
+    def counted(rng):
+        draws.append(None)
+        return {"x": rng.standard_normal(1024)}
+
+    def rotation(workload):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cache, "plan", functools.partial(cache.plan, llc_bytes=lambda: 1 << 14))
+            return engine._subject(workload, "cold", 7, CPU)
+
+    own = rotation(engine.Workload(honest(), counted))
+    drawn_by_itself = len(draws)
+    rng = np.random.default_rng(7)
+    first = counted(rng)
+    draws.clear()
+    given = rotation(engine.Workload(honest(), counted, drawn=engine.Drawn(7, first, rng)))
+    assert len(draws) == drawn_by_itself - 1 >= 1
+    assert len(own.state.sets) == len(given.state.sets) >= 2
+    for mine, theirs in zip(own.state.sets, given.state.sets, strict=True):
+        assert np.array_equal(mine[0], theirs[0])
+    assert not np.shares_memory(given.state.sets[0][0], first["x"])  # the runnable's copy
+    with pytest.raises(ValueError, match="seed 8 given to a measurement of seed 7"):
+        rotation(engine.Workload(honest(), counted, drawn=engine.Drawn(
+            8, first, np.random.default_rng(8))))
+
+
+def test_a_runnable_that_writes_its_inputs_leaves_the_oracles_copy_alone():
+    """The oracle's inputs are the set's source, never given to the runnable: a call that
+    writes into its input buffer is caught by inputs_intact, and the output check reads
+    the values the set was drawn with."""
+    def call(x):
+        time.sleep(WORK_S)
+        x += 1.0
+        return x * 2
+
+    seen = []
+
+    def check(host, out):
+        seen.append(host["x"].copy())
+        return None
+
+    runnable = honest()._replace(call=call)
+    with pytest.raises(guards.TimerFooled) as caught:
+        engine.measure(engine.Workload(runnable, inputs, check), QUICK, "hot", 5, CPU)
+    assert "inputs_intact" in caught.value.refusals
+    assert len(seen) == 1 and np.array_equal(seen[0], inputs(np.random.default_rng(5))["x"])
 
 
 def test_last_level_cache_is_read_from_sysfs(tmp_path):
