@@ -256,10 +256,11 @@ class _Subject:
 
     def inputs_of(self, args: tuple[Any, ...]) -> dict[str, np.ndarray]:
         """A copy of the host inputs ``args`` were prepared from."""
-        return _copied(self.prepared[id(args)].source)
+        return host_copy(self.prepared[id(args)].source)
 
 
-def _copied(host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def host_copy(host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Host inputs in memory of their own (what a runnable is given of a kept set)."""
     return {name: np.array(value, copy=True) for name, value in host.items()}
 
 
@@ -277,17 +278,17 @@ def _subject(workload: Workload, cache_mode: str, seed: int, devices: Devices) -
         rng, first = workload.drawn.rng, [workload.drawn.inputs]
     set_bytes = sum(a.nbytes for a in first[0].values())
     prepared: dict[int, _Prepared] = {}
-    drawn: list[dict[str, np.ndarray]] = []  # the sources of sets 0 .. FRESH_DRAWS - 1
+    sources: list[dict[str, np.ndarray]] = []  # sets 0 .. FRESH_DRAWS - 1 as drawn
 
     def prepare_set(index: int) -> tuple[Any, ...]:
-        if index >= 0 and len(drawn) == cache.FRESH_DRAWS:
-            source = drawn[index % cache.FRESH_DRAWS]
+        kept = index >= 0  # a guard's probe set (index < 0) is never checked
+        if kept and len(sources) == cache.FRESH_DRAWS:
+            source = sources[index % cache.FRESH_DRAWS]
         else:
             source = first.pop() if first else workload.make_inputs(rng)
-            if index >= 0:
-                drawn.append(source)
-        kept = index >= 0  # a guard's probe set (index < 0) is never checked
-        args = runnable.prepare(_copied(source) if kept else source)
+            if kept:
+                sources.append(source)
+        args = runnable.prepare(host_copy(source) if kept else source)
         runnable.sync(args)  # inputs resident before any call is timed on them
         prepared[id(args)] = _Prepared(source if kept else None, guards.digests(args))
         return args

@@ -159,8 +159,7 @@ def time_baseline(case_dir: str, case: str, baseline: str, point: str, target: s
     rng = np.random.default_rng(seed)
     inputs = plugin.make_inputs(params, rng)  # checked here, then the measurement's first set
     try:
-        outputs = runnable.fetch(runnable.call(*runnable.prepare(
-            {name: np.array(value, copy=True) for name, value in inputs.items()})))
+        outputs = runnable.fetch(runnable.call(*runnable.prepare(engine.host_copy(inputs))))
     except Exception as error:  # only running out of memory is kept
         if not out_of_memory(error):
             raise
