@@ -87,17 +87,28 @@ def _measurement(ev: Evidence) -> list[dict[str, str]]:
     timed = {variant: r for (variant, _), r in ev.time.items() if r["timed"]}
     accelerated = ev.host["gpus"] or ev.host.get("tpus")
     if not timed:
-        return [_phrase("not timed" if accelerated else "not measured on GPU", "warn")]
+        return [_phrase("not timed" if accelerated else "not measured on GPU", "warn"),
+                *_baselines_on_device(ev)]
     on_host = sorted(v for v, r in timed.items() if times_on_host(r["execution"]))
     if len(on_host) == len(timed) or not accelerated:
         where = "in interpret mode on the host CPU" if ev.interpreted else "on the host CPU"
         return [_phrase(f"timed {where} only", "warn"),
-                _phrase("not measured on GPU", "warn")]
+                _phrase("not measured on GPU", "warn"), *_baselines_on_device(ev)]
     # A GPU host measured its kernels on the device; a host stand-in beside them (upstream's
     # interpreted TPU kernel) is named, its host time no speed result.
     beside = ([_phrase(f"{', '.join(on_host)} timed on the host only (no GPU time)", "note")]
               if on_host else [])
     return [_phrase(f"measured on {hardware(ev)}", "ok"), *beside, *_versus(ev)]
+
+
+def _baselines_on_device(ev: Evidence) -> list[dict[str, str]]:
+    """Where no variant was timed on an accelerator host's device (none runs there), the
+    baselines that were, named: the device's figures a case page holds all the same."""
+    names = sorted({name for (name, _), r in ev.baselines.items()
+                    if r.get("timed") and not times_on_host(r["execution"])})
+    if not names or not (ev.host["gpus"] or ev.host.get("tpus")):
+        return []
+    return [_phrase(f"baselines measured on {hardware(ev)}: {', '.join(names)}", "note")]
 
 
 def parts(ev: Evidence) -> list[dict[str, str]]:
@@ -163,6 +174,7 @@ def badges(ev: Evidence) -> list[dict[str, str]]:
     short = {"timed in interpret mode on the host CPU only": "interpreter times only",
              "timed on the host CPU only": "host times only",
              "not measured on GPU": "no GPU time", f"measured on {hardware(ev)}": "device time"}
+    short.update({p["text"]: "baselines: device time" for p in _baselines_on_device(ev)})
     for phrase in _measurement(ev):
         if not phrase["text"].startswith("faster than "):
             found.append({"text": short.get(phrase["text"], phrase["text"]),

@@ -425,6 +425,29 @@ def test_the_index_gives_the_best_fraction_of_sol_among_current_records_where_an
     assert "42% of SOL" not in said and "in a stale record" in said["65% of SOL"]["title"]
 
 
+def test_a_chip_that_ran_no_variant_names_the_baselines_it_timed():
+    """Case 01 on a TPU: no variant runs there, both baselines are device-timed; the index
+    says "not timed" for the port and "baselines: device time" (named on hover), never for
+    a host-timed baseline or on a host without an accelerator."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    ev.time["v", "p"] = {"timed": False, "not_timed_reason": "not run here: a GPU kernel"}
+    ev.baselines["a", "p"] = {**ev.baselines["b", "p"]}
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert said["not timed"]["tone"] == "warn"
+    assert said["baselines: device time"]["title"] == "baselines measured on NVIDIA H200: a, b"
+    assert "baselines measured on NVIDIA H200: a, b" in texts(ev)
+    ev.time["v", "p"] = {"timed": True, "execution": {"interpret": True},
+                         "measurement": measurement(1e-3, 1e-5)}  # a host stand-in's time
+    assert "baselines: device time" in {b["text"] for b in status.badges(ev)}
+    ev.baselines["a", "p"] = {**ev.baselines["a", "p"], "execution": {
+        **ev.baselines["a", "p"]["execution"], "device": "cpu"}}
+    ev.baselines["b", "p"] = {**ev.baselines["b", "p"], "timed": False}
+    assert "baselines: device time" not in {b["text"] for b in status.badges(ev)}
+    ev = evidence(interpret=False, gpus=[], kernel_s=1e-5, baseline_s=2e-5)
+    ev.time["v", "p"] = {"timed": False, "not_timed_reason": "not run here"}
+    assert not [t for t in texts(ev) if t.startswith("baselines measured")]
+
+
 def test_the_index_badges_say_what_the_case_page_says_in_a_few_words():
     """Verified n/m, FAILED, not run here (the reason on hover), WEAK, where it was timed,
     the best paired speedup, the best fraction of the speed of light, STALE."""
