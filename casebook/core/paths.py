@@ -142,6 +142,12 @@ def check_power_record(target: str, case: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/check_power/{point}.json"
 
 
+def check_power_trials_dir(record: str) -> str:
+    """Each trial's outcome while a check-power record is made (check_power_trial
+    records): not an output of the job, so a job cut short resumes from them."""
+    return record.removesuffix(".json") + ".trials"
+
+
 def time_record(target: str, case: str, variant: str, point: str) -> str:
     return f"{RESULTS}/{target}/{case}/time/{variant}/{point}.json"
 

@@ -37,7 +37,7 @@ def recomputed(record: dict[str, Any], spec: dict[str, Any]) -> str | None:
         return provenance.job_sha256(spec, record["variant"], record["point"])
     if kind == "build":
         return provenance.job_sha256(spec, record["variant"])
-    if kind == "check_power":
+    if kind in ("check_power", "check_power_trial"):
         return provenance.job_sha256(spec, point=record["point"])
     if kind == "ablation":
         return provenance.job_sha256(spec, record["of"], record["point"],

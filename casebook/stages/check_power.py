@@ -6,17 +6,25 @@ fail, on fresh seeded inputs, trial after trial, judged as for a kernel whose ou
 were poisoned and for one whose were not; the smallest uniform bias the check detects,
 relative to the output's RMS, is found by bisection. A mutant that passes in any trial is
 not caught, and every figure showing that output is marked WEAK.
+
+Each trial's outcome is kept as a check_power_trial record the moment it is made
+(``paths.check_power_trials_dir``), so a job cut short (an accelerator window's end, a
+device command's limit) resumes from the trials it finished, with their seed; the
+check_power record then lists them as ``resumed``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from casebook.core import provenance, records
+from casebook.core import paths, provenance, records
 from casebook.core.errors import CasebookError
 from casebook.stages import point_job, verify
 from kernels import contract
@@ -29,12 +37,44 @@ BIAS_STEPS = 12  # log-space bisection: a factor of 10^(9/2^12) ≈ 1.005 at the
 POISON_MODES = {"plain": False, "poisoned": True}
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Where a check-power job keeps each trial's outcome (check_power_trial records, one
+    file a trial) and what a kept one must match to be taken back: ``identity``'s target,
+    case, point, sources hash and trial count."""
+
+    folder: Path
+    identity: dict[str, Any]
+
+    def resume(self, seed: int) -> tuple[int, dict[int, dict[str, Any]]]:
+        """The seed to draw with and the trials already made with it: where kept trials
+        match ``identity``, the lowest-numbered one's seed and every kept trial of that
+        seed; else ``seed`` and none."""
+        kept = [saved for saved in (records.read(path, "check_power_trial")
+                                    for path in sorted(self.folder.glob("trial-*.json")))
+                if all(saved.get(k) == v for k, v in self.identity.items())]
+        if not kept:
+            return seed, {}
+        seed = min(kept, key=lambda saved: saved["trial"])["seed"]
+        return seed, {saved["trial"]: saved for saved in kept if saved["seed"] == seed}
+
+    def keep(self, seed: int, trial: int, outcome: dict[str, Any]) -> None:
+        records.write(self.folder / f"trial-{trial}.json", "check_power_trial",
+                      {**self.identity, "seed": seed, "trial": trial, "outcome": outcome})
+
+
 def run(case_dir: str, case: str, point: str, target: str, out: str) -> dict[str, Any]:
     job = point_job.load(case_dir, case, target, point)
-    return records.write(out, "check_power", {
+    sources = provenance.job_sha256(job.spec, point=point)
+    held = Held(Path(paths.check_power_trials_dir(out)), {
+        "target": target, "case": case, "point": point, "sources_sha256": sources,
+        "trials": job.spec["verify"]["trials"]})
+    record = records.write(out, "check_power", {
         "target": target, "case": case, "point": point, "params": job.params,
-        "sources_sha256": provenance.job_sha256(job.spec, point=point),
-        **measure(job.plugin, job.params, job.spec, job.path, point)})
+        "sources_sha256": sources,
+        **measure(job.plugin, job.params, job.spec, job.path, point, held)})
+    shutil.rmtree(held.folder, ignore_errors=True)
+    return record
 
 
 def _check(plugin, params, inputs, want, tolerance, output, value, correct,
@@ -73,40 +113,76 @@ def _both(plugin, params, inputs, want, tolerance, output, value, correct
 
 
 def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
-            path: object, point: str = "this point") -> dict[str, Any]:
+            path: object, point: str = "this point", held: Held | None = None
+            ) -> dict[str, Any]:
     """The body of a check_power record: controls, mutants and the bias detected, each
-    check made as for a kernel whose outputs were poisoned and for one whose were not."""
+    check made as for a kernel whose outputs were poisoned and for one whose were not.
+    ``held``: where each trial is kept as it is made, and resumed from."""
     tolerance = verify.tolerance_of(spec, params, path)
-    seed = verify.draw_seed()
+    trials = spec["verify"]["trials"]
+    seed, resumed = held.resume(verify.draw_seed()) if held else (verify.draw_seed(), {})
     mutants = plugin.mutants(params)
+    outcomes = []
+    for index, stream in enumerate(np.random.SeedSequence(seed).spawn(trials)):
+        if index in resumed:
+            outcomes.append(resumed[index]["outcome"])
+            continue
+        outcomes.append(_trial(plugin, params, tolerance, mutants, stream, path, point))
+        if held:
+            held.keep(seed, index, outcomes[-1])
+    return {"seed": seed, "trials": trials, **_summarised(outcomes, mutants),
+            **({"resumed": [{"trial": index, "created_at": saved["created_at"],
+                             "commit": saved["commit"]}
+                            for index, saved in sorted(resumed.items())]}
+               if resumed else {})}
+
+
+def _trial(plugin: Any, params: dict[str, Any], tolerance: Any, mutants: list[Any],
+           stream: np.random.SeedSequence, path: object, point: str) -> dict[str, Any]:
+    """One trial on inputs drawn from ``stream``: each output's control (plain and
+    poisoned) and smallest bias detected, each applicable mutant's checks."""
+    inputs = plugin.make_inputs(params, np.random.default_rng(stream))
+    want = plugin.oracle(params, inputs)
+    correct = plugin.model_outputs(params, inputs, want)
+    _whole_outputs(correct, path, point)
+    controls, bias = {}, {}
+    for output, value in correct.items():
+        controls[output] = _both(plugin, params, inputs, want, tolerance, output, value,
+                                 correct)
+        bias[output] = smallest_bias(functools.partial(
+            _detects, plugin, params, inputs, want, tolerance, output, value, correct))
+    found = []
+    for m in mutants:
+        got = m.make(params, inputs, want, correct[m.output])
+        if got is not None:
+            found.append({"output": m.output, "name": m.name,
+                          **_both(plugin, params, inputs, want, tolerance, m.output, got,
+                                  correct)})
+    return {"controls": controls, "bias": bias, "mutants": found}
+
+
+def _summarised(outcomes: list[dict[str, Any]], mutants: list[Any]) -> dict[str, Any]:
+    """The trials' outcomes gathered per output and per mutant, with the verdicts."""
     found = {(m.output, m.name): {"name": m.name, "output": m.output,
                                   "description": m.description,
                                   **{mode: [] for mode in POISON_MODES}}
              for m in mutants}
     controls: dict[str, dict[str, list[dict[str, Any]]]] = {}
     biases: dict[str, list[float | None]] = {}
-    for stream in np.random.SeedSequence(seed).spawn(spec["verify"]["trials"]):
-        inputs = plugin.make_inputs(params, np.random.default_rng(stream))
-        want = plugin.oracle(params, inputs)
-        correct = plugin.model_outputs(params, inputs, want)
-        _whole_outputs(correct, path, point)
-        for output, value in correct.items():
-            for mode, check in _both(plugin, params, inputs, want, tolerance, output,
-                                     value, correct).items():
-                controls.setdefault(output, {m: [] for m in POISON_MODES})[mode].append(check)
-            biases.setdefault(output, []).append(smallest_bias(functools.partial(
-                _detects, plugin, params, inputs, want, tolerance, output, value, correct)))
-        for m in mutants:
-            got = m.make(params, inputs, want, correct[m.output])
-            if got is not None:
-                row = found[m.output, m.name]
-                for mode, check in _both(plugin, params, inputs, want, tolerance,
-                                         m.output, got, correct).items():
-                    row[mode].append(check)
+    for outcome in outcomes:
+        for output, checks in outcome["controls"].items():
+            for mode in POISON_MODES:
+                controls.setdefault(output, {m: [] for m in POISON_MODES})[mode].append(
+                    checks[mode])
+        for output, smallest in outcome["bias"].items():
+            biases.setdefault(output, []).append(smallest)
+        for made in outcome["mutants"]:
+            row = found[made["output"], made["name"]]
+            for mode in POISON_MODES:
+                row[mode].append(made[mode])
     rows = [_verdict(row) for row in found.values()]
     applicable = [r for r in rows if r["applicable"]]
     return {
-        "seed": seed, "trials": spec["verify"]["trials"],
         "controls": {o: {"passed": all(c["passed"] for c in checks["plain"]),
                          "passed_poisoned": all(c["passed"] for c in checks["poisoned"]),
                          "trials": checks["plain"], "poisoned_trials": checks["poisoned"]}

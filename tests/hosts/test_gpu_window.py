@@ -381,9 +381,21 @@ def test_a_record_of_another_commit_is_carried_only_where_current_here(tmp_path,
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(json.dumps(record))
     (folder / "time/mgpu/stale.samples.csv").write_text("sample\n")
+    timed = job_record("time", old)
+    spec = paths.for_target(config.load_case(paths.SOURCE_ROOT / config.SHIPPED_CASES,
+                                             "splash_attention"), "h200")
+    trial = {"kind": "check_power_trial", "commit": old, "case": "splash_attention",
+             "point": timed["point"]}
+    trial["sources_sha256"] = carry.recomputed(trial, spec)
+    kept = folder / f"check_power/{timed['point']}.trials"  # a power job's trials in hand
+    kept.mkdir(parents=True)
+    (kept / "trial-0.json").write_text(json.dumps(trial))
+    (kept / "trial-1.json").write_text(json.dumps({**trial, "commit": older,
+                                                   "sources_sha256": "0" * 64}))
     dropped = carry.not_current("h200", HEAD)
     assert sorted(str(p.relative_to(folder)) for p in dropped) == [
-        "baseline/b/stale.json", "time/mgpu/stale.json", "time/mgpu/stale.samples.csv"]
+        "baseline/b/stale.json", f"check_power/{timed['point']}.trials/trial-1.json",
+        "time/mgpu/stale.json", "time/mgpu/stale.samples.csv"]
     bad = job_record("verify", old, "0" * 64)
     (folder / "verify/mgpu/current.json").write_text(json.dumps(bad))
     assert "baseline/b/current.json" in {  # a hashed record of its commit and case is stale

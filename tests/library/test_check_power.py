@@ -160,11 +160,69 @@ def test_the_rule_writes_a_schema_checked_record(tmp_path):
                     "convert_beta", "cpu", str(out))
     record = records.read(str(out), "check_power")
     assert record["point"] == "convert_beta" and record["trials"] >= 1
+    assert "resumed" not in record and not (tmp_path / "power.trials").exists()
     broken = json.loads(out.read_text())
     del broken["mutants"]
     out.write_text(json.dumps(broken))
     with pytest.raises(Exception, match="mutants"):
         records.read(str(out), "check_power")
+
+
+class Cut(Exception):
+    """A job's end before its last trial (an accelerator window's budget)."""
+
+
+IDENTITY = {"target": "cpu", "case": "toy", "point": "p", "sources_sha256": "a" * 64,
+            "trials": 3}
+
+
+def test_a_job_cut_short_resumes_from_the_trials_it_finished(tmp_path, monkeypatch):
+    """Each trial is kept the moment it is made; the next job takes them back with their
+    seed, makes only the rest, lists the resumed ones, and ends with the record an uncut
+    job of that seed makes. Kept trials of other sources are made again."""
+    spec = {**SPEC, "verify": {"trials": 3}}
+    mutants = [bias("y", 0.1), Mutant("tiny", "y", "far under the tolerance", shifted(1e-7))]
+    drawn = []
+
+    def case(cut_at: int | None):
+        made = toy(mutants)
+        draw = made.make_inputs
+
+        def counted(params, rng):
+            drawn.append(len(drawn))
+            if len(drawn) - 1 == cut_at:
+                raise Cut
+            return draw(params, rng)
+
+        made.make_inputs = counted
+        return made
+
+    held = check_power.Held(tmp_path / "p.trials", IDENTITY)
+    with pytest.raises(Cut):
+        check_power.measure(case(cut_at=2), PARAMS, spec, "toy.yaml", "p", held)
+    kept = sorted(p.name for p in held.folder.iterdir())
+    assert kept == ["trial-0.json", "trial-1.json"]
+    seed = records.read(held.folder / "trial-0.json", "check_power_trial")["seed"]
+    drawn.clear()
+    resumed = check_power.measure(case(cut_at=None), PARAMS, spec, "toy.yaml", "p", held)
+    assert len(drawn) == 1 and resumed["seed"] == seed
+    assert [r["trial"] for r in resumed["resumed"]] == [0, 1]
+    monkeypatch.setenv("CASEBOOK_SEED", str(seed))
+    whole = check_power.measure(toy(mutants), PARAMS, spec, "toy.yaml", "p")
+    assert {k: v for k, v in resumed.items() if k != "resumed"} == whole
+    assert len(whole["controls"]["y"]["trials"]) == 3 and whole["missed"] == ["y:tiny"]
+    other = check_power.Held(held.folder, {**IDENTITY, "sources_sha256": "b" * 64})
+    drawn.clear()
+    again = check_power.measure(case(cut_at=None), PARAMS, spec, "toy.yaml", "p", other)
+    assert len(drawn) == 3 and "resumed" not in again
+
+
+def test_a_corrupt_kept_trial_is_refused_by_name(tmp_path):
+    held = check_power.Held(tmp_path / "p.trials", IDENTITY)
+    held.folder.mkdir()
+    (held.folder / "trial-0.json").write_text('{"kind": "check_power_trial"')
+    with pytest.raises(CasebookError, match=r"trial-0\.json"):
+        check_power.measure(toy([bias("y", 0.1)]), PARAMS, SPEC, "toy.yaml", "p", held)
 
 
 def test_a_point_whose_model_outputs_are_sampled_rows_is_refused_by_name():

@@ -136,3 +136,18 @@ def test_dq_passes_by_ds_shift_along_d_and_fails_without_it_or_with_a_bias():
     past = got.astype(np.float64) + 3 * terms["dq_shift"] * terms["dq_direction"]
     assert not splash.compare(params, inputs, "dq", past.astype(got.dtype), want,
                               tolerance)["passed"]
+
+
+def test_the_power_study_holds_a_correct_forward_and_catches_its_mutants(rng):
+    """benchmarks/splash_bound_power.py at a small S: the emulated correct execution
+    within both bounds, both 64-key mutants past both (at S 1024 the worst case still
+    sees them), the probabilistic bound the tighter."""
+    from benchmarks import splash_bound_power
+
+    found = splash_bound_power.point(1024, rng)
+    for bound in ("worst case", "probabilistic"):
+        assert found["correct (emulated)"][bound] < 1
+        assert found["partial_block_as_full"][bound] > 1
+        assert found["last_kv_block_skipped"][bound] > 1
+    assert found["partial_block_as_full"]["probabilistic"] > \
+        found["partial_block_as_full"]["worst case"]

@@ -1,0 +1,138 @@
+"""How the splash forward's worst-case bound sees a 64-key error as S grows (issue 43).
+
+At causal points of growing S (one head, d 128, bfloat16, inputs drawn as the case draws
+them), for the last 64 query rows (those the ``partial_block_as_full`` and
+``last_kv_block_skipped`` mutants change) and 64 drawn rows, in float64 on the host:
+
+- the worst-case bound (``bounds.forward_rows``) plus the output's rounding, as the check
+  allows;
+- a correct execution's error: a float32 online-softmax forward emulated in numpy (kv
+  blocks of 1024, P rounded to bfloat16 before P·V, float32 sums, out rounded);
+- each mutant's error (its exact answer rounded to bfloat16), against the same bound;
+- the same terms under a probabilistic model (each rounding error independent and
+  mean-zero, Higham and Mary 2019): λ·√(Σ_j c_j²) for the per-key terms, λ·√(2n+2)·u for
+  the float32 sums, where the worst case has Σ_j c_j and (2n+2)·u; λ = 10 (Hoeffding: an
+  element past it with probability 2·e^(−50) ≈ 4·10⁻²²).
+
+Writes benchmarks/results/splash_bound_power.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from kernels.splash_attention import bounds, make_inputs
+
+OUT = Path("benchmarks/results/splash_bound_power.json")
+LAMBDA = 10.0
+BLOCK = 64  # the mutants' mask block (near_misses.BLOCK)
+KV_BLOCK = 1024  # the emulated execution's kv block (upstream's pick on the chip)
+BF16 = ml_dtypes.bfloat16
+
+
+def _seen(rows: np.ndarray, s: int, mutant: str | None) -> np.ndarray:
+    """[rows, S] causal visibility, as the mutant changes it."""
+    keys = np.arange(s)
+    seen = keys[None] <= rows[:, None]
+    if mutant == "partial_block_as_full":
+        seen[rows >= s - BLOCK, s - BLOCK:] = True
+    elif mutant == "last_kv_block_skipped":
+        seen[:, s - BLOCK:] = False
+    return seen
+
+
+def _exact(q, k, v, seen):
+    logits = np.where(seen, q @ k.T, -np.inf)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return p, p @ v
+
+
+def _emulated(q, k, v, seen) -> np.ndarray:
+    """A correct kernel's out in float32: online softmax over kv blocks, P rounded to
+    bfloat16 before P·V, normalised at the end, rounded to bfloat16."""
+    q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+    peak = np.full(len(q), -np.inf, np.float32)
+    total = np.zeros(len(q), np.float32)
+    acc = np.zeros((len(q), v.shape[1]), np.float32)
+    for b in range(0, k.shape[0], KV_BLOCK):
+        s = np.where(seen[:, b:b + KV_BLOCK], q32 @ k32[b:b + KV_BLOCK].T, -np.inf)
+        new = np.maximum(peak, s.max(axis=1))
+        alpha = np.where(np.isinf(new), 0, np.exp(peak - new)).astype(np.float32)
+        p = np.where(np.isinf(s), 0, np.exp(s - new[:, None])).astype(np.float32)
+        total = total * alpha + p.sum(axis=1, dtype=np.float32)
+        acc = acc * alpha[:, None] + p.astype(BF16).astype(np.float32) @ v32[b:b + KV_BLOCK]
+        peak = new
+    return (acc / total[:, None]).astype(BF16).astype(np.float64)
+
+
+def _probabilistic(q, k, v, seen, p, out) -> np.ndarray:
+    """The bound's terms with every sum of per-key errors taken as √(Σ c_j²) times λ."""
+    u_p, u_32 = bounds.UNIT["bfloat16"], bounds.F32
+    logits = q @ k.T
+    peak = np.where(seen, logits, -np.inf).max(axis=1, keepdims=True)
+    eta = np.where(seen, 1.01 * (bounds.gamma(q.shape[1]) * (np.abs(q) @ np.abs(k).T)
+                                 + bounds.EXP * np.abs(logits - peak) + 2 * bounds.EXP), 0)
+    mag = np.abs(v)
+    t1 = np.sqrt(((p * eta) ** 2) @ mag**2 + out**2 * ((p * eta) ** 2).sum(axis=1)[:, None])
+    t2 = u_p * np.sqrt((p**2) @ mag**2 + out**2 * (p**2).sum(axis=1)[:, None])
+    n = seen.sum(axis=1)[:, None]
+    t3 = LAMBDA * np.sqrt(2 * n + 2) * u_32 * (p @ mag + np.abs(out))
+    return LAMBDA * (t1 + t2) + t3
+
+
+def point(s: int, rng: np.random.Generator) -> dict:
+    params = {"heads_q": 1, "heads_kv": 1, "seq_len": s, "head_dim": 128,
+              "dtype": "bfloat16"}
+    inputs = make_inputs(params, rng)
+    q, k, v = (inputs[n][0].astype(np.float64) for n in ("q", "k", "v"))
+    rows = np.concatenate([np.sort(rng.choice(s - BLOCK, BLOCK, replace=False)),
+                           np.arange(s - BLOCK, s)])
+    seen = _seen(rows, s, None)
+    p, out = _exact(q[rows], k, v, seen)
+    _, worst = bounds.forward_rows(q[rows], k, v, seen, None, "bfloat16")
+    rounding = bounds.UNIT["bfloat16"] * np.abs(out)
+    allowed = {"worst case": worst * (1 + bounds.UNIT["bfloat16"]) + rounding,
+               "probabilistic": _probabilistic(q[rows], k, v, seen, p, out) + rounding}
+    errors = {"correct (emulated)": np.abs(_emulated(q[rows], k, v, seen) - out)}
+    for mutant in ("partial_block_as_full", "last_kv_block_skipped"):
+        _, wrong = _exact(q[rows], k, v, _seen(rows, s, mutant))
+        errors[mutant] = np.abs(wrong.astype(BF16).astype(np.float64) - out)
+    return {name: {bound: float((error / allowed[bound]).max()) for bound in allowed}
+            for name, error in errors.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq-lens", type=int, nargs="+",
+                        default=[4096, 8192, 16384, 32768])
+    parser.add_argument("--draws", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy
+                                                       % 2**63)
+    rng = np.random.default_rng(seed)
+    started = time.monotonic()
+    found = {str(s): [point(s, rng) for _ in range(args.draws)] for s in args.seq_lens}
+    record = {"what": __doc__.splitlines()[0], "seed": seed, "lambda": LAMBDA,
+              "kv_block": KV_BLOCK, "rows": "the last 64 and 64 drawn, one head, d 128",
+              "worst_error_over_allowed": found,
+              "seconds": round(time.monotonic() - started, 1)}
+    tmp = OUT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.rename(OUT)
+    for s, draws in found.items():
+        for name in draws[0]:
+            print(s, name, *(f"{b}: " + " ".join(f"{d[name][b]:.3g}" for d in draws)
+                             for b in draws[0][name]), sep=" | ")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
