@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +128,13 @@ def measure(plugin: Any, params: dict[str, Any], spec: dict[str, Any],
         if index in resumed:
             outcomes.append(resumed[index]["outcome"])
             continue
+        started = time.monotonic()
         outcomes.append(_trial(plugin, params, tolerance, mutants, stream, path, point))
         if held:
             held.keep(seed, index, outcomes[-1])
+        print(f"casebook: check power at {point}: trial {index + 1} of {trials} made in "
+              f"{time.monotonic() - started:.1f} s" + (", kept" if held else "")
+              + (f" ({len(resumed)} resumed)" if resumed else ""), flush=True)
     return {"seed": seed, "trials": trials, **_summarised(outcomes, mutants),
             **({"resumed": [{"trial": index, "created_at": saved["created_at"],
                              "commit": saved["commit"]}
