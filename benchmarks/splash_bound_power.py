@@ -11,8 +11,15 @@ them), for the last 64 query rows (those the ``partial_block_as_full`` and
 - each mutant's error (its exact answer rounded to bfloat16), against the same bound;
 - the same terms under a probabilistic model (each rounding error independent and
   mean-zero, Higham and Mary 2019): λ·√(Σ_j c_j²) for the per-key terms, λ·√(2n+2)·u for
-  the float32 sums, where the worst case has Σ_j c_j and (2n+2)·u; λ = 10 (Hoeffding: an
-  element past it with probability 2·e^(−50) ≈ 4·10⁻²²).
+  the float32 sums, where the worst case has Σ_j c_j and (2n+2)·u;
+- the weights' errors taken over v's draw instead (given q and k they are fixed, and v's
+  entries independent normals: a tail bound of the case's own input distribution, no
+  model of rounding), the float32 sums worst case, over any order or over the blocked
+  order of a kernel (1024 keys a block, then the blocks);
+- the float32 sums taken over v's draw too, in any order fixed before v is drawn
+  (``_partial_sums_over_v``): docs/splash-bounds.md has the argument;
+
+λ = 10 (an element past it with probability 2·e^(−50) ≈ 4·10⁻²²).
 
 Writes benchmarks/results/splash_bound_power.json.
 """
@@ -72,19 +79,56 @@ def _emulated(q, k, v, seen) -> np.ndarray:
     return (acc / total[:, None]).astype(BF16).astype(np.float64)
 
 
-def _probabilistic(q, k, v, seen, p, out) -> np.ndarray:
-    """The bound's terms with every sum of per-key errors taken as √(Σ c_j²) times λ."""
-    u_p, u_32 = bounds.UNIT["bfloat16"], bounds.F32
+def _terms(q, k, seen, p):
+    """η_j (the weights' relative error bound, as ``bounds``) and the visible count."""
     logits = q @ k.T
     peak = np.where(seen, logits, -np.inf).max(axis=1, keepdims=True)
     eta = np.where(seen, 1.01 * (bounds.gamma(q.shape[1]) * (np.abs(q) @ np.abs(k).T)
                                  + bounds.EXP * np.abs(logits - peak) + 2 * bounds.EXP), 0)
+    return eta, seen.sum(axis=1)[:, None]
+
+
+def _higham_mary(q, k, v, seen, p, out) -> np.ndarray:
+    """The bound's terms with every sum of per-key errors taken as √(Σ c_j²) times λ."""
+    u_p, u_32 = bounds.UNIT["bfloat16"], bounds.F32
+    eta, n = _terms(q, k, seen, p)
     mag = np.abs(v)
     t1 = np.sqrt(((p * eta) ** 2) @ mag**2 + out**2 * ((p * eta) ** 2).sum(axis=1)[:, None])
     t2 = u_p * np.sqrt((p**2) @ mag**2 + out**2 * (p**2).sum(axis=1)[:, None])
-    n = seen.sum(axis=1)[:, None]
     t3 = LAMBDA * np.sqrt(2 * n + 2) * u_32 * (p @ mag + np.abs(out))
     return LAMBDA * (t1 + t2) + t3
+
+
+def _over_v(q, k, v, seen, p, out, summed: int | None) -> np.ndarray:
+    """The weights' errors (logits, exp, P's rounding) depend on q and k alone: given
+    them, their effect Σ_j c_j v_j is a sum of independent bfloat16-rounded normals, past
+    λ·√(Σ c_j²) with probability 2e^(−λ²/2) over v; the float32 sums stay worst case,
+    over ``summed`` terms a row (None: any order, 2n + 2, as ``bounds``)."""
+    u_p = bounds.UNIT["bfloat16"]
+    eta, n = _terms(q, k, seen, p)
+    sigma = 1.01  # a bfloat16-rounded standard normal's scale, with room
+    t1 = LAMBDA * sigma * np.sqrt(((p * eta) ** 2).sum(axis=1))[:, None] \
+        + np.abs(out) * (p * eta).sum(axis=1)[:, None]
+    t2 = LAMBDA * sigma * u_p * np.sqrt((p**2).sum(axis=1))[:, None] + u_p * np.abs(out)
+    terms = 2 * n + 2 if summed is None else summed
+    t3 = bounds.gamma(terms) * (p @ np.abs(v) + np.abs(out))
+    return t1 + t2 + t3
+
+
+def _partial_sums_over_v(q, k, v, seen, p, out) -> np.ndarray:
+    """As ``_over_v``, and the float32 sums too: in any order fixed before v is drawn,
+    each of a row's at most 2n + 2 roundings is u times a partial sum Σ_(j∈S) w_j v_j
+    with |w_j| ≤ P_j (in the output's scale), within λ·σ·√(Σ P_j²) of 0 but with
+    probability (2n + 2)·2e^(−λ²/2) over v; the normaliser's own sums (positive terms)
+    and the partial sums' own errors (second order) stay worst case."""
+    u_p, u_32 = bounds.UNIT["bfloat16"], bounds.F32
+    eta, n = _terms(q, k, seen, p)
+    sigma, root = 1.01, np.sqrt((p**2).sum(axis=1))[:, None]
+    weights = LAMBDA * sigma * np.sqrt(((p * (eta + u_p)) ** 2).sum(axis=1))[:, None] \
+        + np.abs(out) * (p * (eta + u_p)).sum(axis=1)[:, None]
+    sums = (2 * n + 2) * u_32 * LAMBDA * sigma * root + bounds.gamma(2 * n + 2) * (
+        np.abs(out) + (2 * n + 2) * u_32 * (p @ np.abs(v)))
+    return weights + sums
 
 
 def point(s: int, rng: np.random.Generator) -> dict:
@@ -98,8 +142,14 @@ def point(s: int, rng: np.random.Generator) -> dict:
     p, out = _exact(q[rows], k, v, seen)
     _, worst = bounds.forward_rows(q[rows], k, v, seen, None, "bfloat16")
     rounding = bounds.UNIT["bfloat16"] * np.abs(out)
+    blocked = KV_BLOCK + 2 * s // KV_BLOCK + 2  # within a block, then across blocks
     allowed = {"worst case": worst * (1 + bounds.UNIT["bfloat16"]) + rounding,
-               "probabilistic": _probabilistic(q[rows], k, v, seen, p, out) + rounding}
+               "Higham-Mary": _higham_mary(q[rows], k, v, seen, p, out) + rounding,
+               "over v": _over_v(q[rows], k, v, seen, p, out, None) + rounding,
+               "over v, blocked sums": _over_v(q[rows], k, v, seen, p, out, blocked)
+               + rounding,
+               "over v, sums too": _partial_sums_over_v(q[rows], k, v, seen, p, out)
+               + rounding}
     errors = {"correct (emulated)": np.abs(_emulated(q[rows], k, v, seen) - out)}
     for mutant in ("partial_block_as_full", "last_kv_block_skipped"):
         _, wrong = _exact(q[rows], k, v, _seen(rows, s, mutant))
@@ -128,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.rename(OUT)
     for s, draws in found.items():
-        for name in draws[0]:
-            print(s, name, *(f"{b}: " + " ".join(f"{d[name][b]:.3g}" for d in draws)
-                             for b in draws[0][name]), sep=" | ")
+        for bound in draws[0]["correct (emulated)"]:
+            print(s, bound, *(f"{name}: " + " ".join(f"{d[name][bound]:.3g}" for d in draws)
+                              for name in draws[0]), sep=" | ")
     return 0
 
 
