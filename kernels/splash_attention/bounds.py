@@ -17,9 +17,14 @@ unrounded float32 sum) and accumulates P·V in float32. A row's terms:
 - ``T3 = γ_{2n+2} (Σ_j P_j |v_j| + |out|)``: the float32 sums of P·V and of the
   normaliser over n visible keys, the online rescalings and the final division.
 
-The bound is (T1 + T2 + T3)(1 + u_out), to which the output's own rounding u_out |out|
-is added by the case's rtol. Rows are computed a chunk at a time: the bound serves the
-dense check and the sampled rows at any sequence length alike.
+The worst case is (T1 + T2 + T3)(1 + u_out), to which the output's own rounding
+u_out |out| is added by the case's rtol. It does not fall with S, while an error in 64
+keys of a row does: for v drawn as the case draws it (``v_sigma``), out's bound is the
+smaller of it and the **bound over v** (``_over_v``): the same terms with each sum of
+errors that is linear in v, given q and k, taken at λσ√(Σ c_j²) instead of Σ c_j |v_j|,
+true but with probability under 10⁻²¹ an element (docs/splash-bounds.md). Rows are
+computed a chunk at a time: the bound serves the dense check and the sampled rows at
+any sequence length alike.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ UNIT = {"float32": F32, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 # step of 2⁻²⁴).
 UNDERFLOW = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-25}
 CHUNK = 256  # query rows at a time
+# The bound over v (docs/splash-bounds.md): a tail bound of v's draw, λ·σ·√(Σ c²), each
+# element past it with probability under (2n + 3)·2e^(−λ²/2) (10⁻²¹ at S 32768).
+LAMBDA = 11.0
+SIGMA = 1.01  # a standard normal rounded to the dtype: |round(x)| ≤ (1 + u)|x|, with room
+SAMPLED = 2**20  # v's entries ``v_sigma`` reads at most
 
 
 def real(xp: Any) -> Any:
@@ -53,10 +63,49 @@ def gamma(n: np.ndarray | int, xp: Any = np) -> np.ndarray:
     return n * F32 / (1 - n * F32)
 
 
+def v_sigma(v: Any) -> float | None:
+    """SIGMA where ``v`` is drawn as the case draws it, independent standard normals (its
+    mean and mean square, over at most SAMPLED evenly spaced entries, within 6 standard
+    errors of 0 and 1, its rounding allowed), else None: the bound over v does not hold
+    for it, and the worst case alone applies."""
+    flat = np.asarray(v).reshape(-1)
+    x = flat[::max(1, flat.size // SAMPLED)].astype(np.float32)
+    n = x.size
+    if n == 0:
+        return None
+    mean, square = x.mean(dtype=np.float64), np.square(x).mean(dtype=np.float64)
+    drawn = abs(mean) <= 6 / np.sqrt(n) and abs(square - 1) <= 6 * np.sqrt(2 / n) + 2**-7
+    return SIGMA if drawn else None
+
+
+def _over_v(p: Any, eta: Any, seen: Any, out: Any, p_v: Any, mag: Any, dtype: str,
+            sigma: float, xp: Any) -> Any:
+    """Each element's bound over v's draw (docs/splash-bounds.md): the weights' errors
+    (θ_j = η_j + u_P, fixed by q and k) move out by Σ_j P_j θ_j (v_j − out), whose part in
+    v is within λσ√(Σ_j (P_j θ_j)²); each rounding of the float32 sums is u times a
+    partial sum of v within λσ√(Σ_j P_j²) (2n + 2 of them; 3n + 2 where float32 products
+    round too); the normaliser, the partial sums' own errors and the underflows worst
+    case; all over 1 − max θ (the weights as computed)."""
+    theta = xp.where(seen, eta + UNIT[dtype], 0.0)
+    weight = theta * p
+    tail = LAMBDA * sigma
+    n = seen.sum(axis=1)
+    moved = tail * xp.sqrt((weight**2).sum(axis=1))[:, None] \
+        + xp.abs(out) * weight.sum(axis=1)[:, None]
+    rounded = gamma(2 * n + 2 + (n if dtype == "float32" else 0), xp)[:, None]
+    sums = rounded * (tail * xp.sqrt((p**2).sum(axis=1))[:, None] + xp.abs(out)
+                      + rounded * p_v)
+    scale = 1 / (1 - xp.max(theta, axis=1, initial=0.0)[:, None])
+    return ((moved + sums) * scale + UNDERFLOW[dtype] * (seen @ mag)) * (1 + UNIT[dtype])
+
+
 def _forward(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.ndarray,
-             cap: float | None, dtype: str, xp: Any = np) -> dict[str, np.ndarray]:
+             cap: float | None, dtype: str, xp: Any = np, sigma: float | None = None
+             ) -> dict[str, np.ndarray]:
     """The forward of some query rows with every term its bound needs, in float64 (or in
-    float32 where ``xp`` is jax.numpy: ``oracle_f32``)."""
+    float32 where ``xp`` is jax.numpy: ``oracle_f32``). ``bound``: the worst case, or
+    where ``sigma`` is given (``v_sigma``) the smaller of it and the bound over v;
+    ``worst_bound``: the worst case."""
     q_rows, keys, values = (xp.asarray(x, real(xp)) for x in (q_rows, keys, values))
     raw = q_rows @ keys.T
     error = gamma(q_rows.shape[1], xp) * (xp.abs(q_rows) @ xp.abs(keys).T)
@@ -82,37 +131,44 @@ def _forward(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.
     t2 = UNIT[dtype] * (p_v + xp.abs(out)) + UNDERFLOW[dtype] * (seen @ mag)
     sums = gamma(2 * seen.sum(axis=1) + 2, xp)
     t3 = sums[:, None] * (p_v + xp.abs(out))
-    bound = xp.where(any_seen[:, None], (t1 + t2 + t3) * (1 + UNIT[dtype]), 0.0) \
+    worst_bound = xp.where(any_seen[:, None], (t1 + t2 + t3) * (1 + UNIT[dtype]), 0.0) \
         + UNDERFLOW[dtype]
+    bound = worst_bound if sigma is None else xp.minimum(worst_bound, xp.where(
+        any_seen[:, None], _over_v(p, eta, seen, out, p_v, mag, dtype, sigma, xp), 0.0)
+        + UNDERFLOW[dtype])
     lse = xp.where(any_seen, peak + xp.log(total), -xp.inf)  # total is 1 where unseen
     # The forward's logsumexp: its weights (η), its sum and rescalings, its log.
     lse_error = 1.01 * ((p * eta).sum(axis=1) + sums + F32 * xp.abs(xp.where(
         any_seen, lse, 0.0)) + EXP)
     return {"logits": logits, "error": error, "slope": slope, "p": p, "out": out,
-            "bound": bound, "lse": lse, "lse_error": lse_error, "any_seen": any_seen}
+            "bound": bound, "worst_bound": worst_bound, "lse": lse,
+            "lse_error": lse_error, "any_seen": any_seen}
 
 
 def forward_rows(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                 seen: np.ndarray, cap: float | None, dtype: str, xp: Any = np
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 seen: np.ndarray, cap: float | None, dtype: str, xp: Any = np,
+                 sigma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``out`` [n, dv] of ``q_rows`` [n, d] against ``keys`` [m, d] and ``values``
     [m, dv] where ``seen`` [n, m], in float64, and each element's bound before the
-    output's rounding (module docstring). A row that sees nothing: out 0, bound 0."""
-    found = _forward(q_rows, keys, values, seen, cap, dtype, xp)
+    output's rounding (module docstring; ``sigma``: ``_forward``). A row that sees
+    nothing: out 0, bound 0."""
+    found = _forward(q_rows, keys, values, seen, cap, dtype, xp, sigma)
     return found["out"], found["bound"]
 
 
 def backward_rows(q_rows: np.ndarray, do_rows: np.ndarray, keys: np.ndarray,
                   values: np.ndarray, seen: np.ndarray, cap: float | None, dtype: str,
-                  xp: Any = np, cap_gradient: bool = True) -> dict[str, np.ndarray]:
+                  xp: Any = np, cap_gradient: bool = True, sigma: float | None = None
+                  ) -> dict[str, np.ndarray]:
     """The gradient terms of some query rows (docs/splash-bounds.md): ``dq`` and its
     bound [n, d], and per (row, key) what dk and dv gather over rows: ``ds`` and ``p``
     (their exact weights), ``ds_weight`` and ``p_weight`` (their error weights: the
     error of dS or P as computed, its rounding to the dtype, an underflow), so that
     dk_j = Σ_i ds_ij q_i within Σ_i ds_weight_ij |q_i| + γ Σ_i |ds_ij| |q_i|.
     ``cap_gradient=False`` (a near miss's gradients, not a bound's): dS without the cap's
-    derivative."""
-    f = _forward(q_rows, keys, values, seen, cap, dtype, xp)
+    derivative. ``out_bound`` as ``forward_rows``'s for ``sigma``; the gradients' terms
+    take the forward's worst case."""
+    f = _forward(q_rows, keys, values, seen, cap, dtype, xp, sigma)
     q_rows, do_rows, keys, values = (xp.asarray(x, real(xp))
                                      for x in (q_rows, do_rows, keys, values))
     unit, under = UNIT[dtype], UNDERFLOW[dtype]
@@ -125,7 +181,7 @@ def backward_rows(q_rows: np.ndarray, do_rows: np.ndarray, keys: np.ndarray,
     mag_do = xp.abs(do_rows)
     # D = do · out from the forward's rounded output, summed in float32.
     delta = xp.einsum("nc,nc->n", do_rows, f["out"])
-    out_error = (f["bound"] + unit * xp.abs(f["out"])) * (1 + unit)
+    out_error = (f["worst_bound"] + unit * xp.abs(f["out"])) * (1 + unit)
     delta_error = (xp.einsum("nc,nc->n", mag_do, out_error)
                    + gamma(do_rows.shape[1] + 1, xp) * xp.einsum("nc,nc->n", mag_do,
                                                               xp.abs(f["out"])))
@@ -216,7 +272,7 @@ def _forward_at(inputs: dict[str, np.ndarray], see: Visibility, cap: float | Non
                 ) -> tuple[np.ndarray, np.ndarray]:
     """``rows_bound`` for any visibility: a chunk of rows of one head at a time."""
     q, k, v = (np.asarray(inputs[n]) for n in ("q", "k", "v"))
-    group = q.shape[0] // k.shape[0]
+    group, sigma = q.shape[0] // k.shape[0], v_sigma(v)
     out = np.zeros((len(rows), v.shape[2]))
     bound = np.zeros_like(out)
     for h in np.unique(heads):
@@ -228,7 +284,8 @@ def _forward_at(inputs: dict[str, np.ndarray], see: Visibility, cap: float | Non
                 continue
             span, seen = visible
             out[at], bound[at] = forward_rows(q[h, rows[at]], k[h // group, span],
-                                              v[h // group, span], seen, cap, dtype)
+                                              v[h // group, span], seen, cap, dtype,
+                                              sigma=sigma)
     return out, bound
 
 

@@ -79,12 +79,13 @@ def references(params: dict[str, Any], inputs: dict[str, np.ndarray], gradients:
                      jnp.asarray(edit.block, jnp.int32), jnp.asarray(edit.block_visible),
                      jnp.asarray(also, jnp.int32), cap=params.get("soft_cap"),
                      dtype=params["dtype"], rows=chunk_rows(q.shape[0], n),
-                     cap_gradient=cap_gradient)
+                     cap_gradient=cap_gradient, sigma=bounds.v_sigma(inputs["v"]))
 
 
-@functools.partial(jax.jit, static_argnames=("cap", "dtype", "rows", "cap_gradient"))
+@functools.partial(jax.jit, static_argnames=("cap", "dtype", "rows", "cap_gradient",
+                                             "sigma"))
 def _pass(q, k, v, do, low, high, ids, block, block_visible, also, *, cap, dtype, rows,
-          cap_gradient):
+          cap_gradient, sigma):
     heads, n, _ = q.shape
     group = heads // k.shape[0]
     keys, values = (jnp.repeat(x.astype(jnp.float32), group, axis=0) for x in (k, v))
@@ -117,7 +118,7 @@ def _pass(q, k, v, do, low, high, ids, block, block_visible, also, *, cap, dtype
             for suffix, unit in units.items():
                 made["out"], made[f"out_{suffix}"] = jax.vmap(
                     lambda qh, kh, vh, unit=unit: bounds.forward_rows(
-                        qh, kh, vh, seen, cap, unit, xp=jnp))(q_at, keys, values)
+                        qh, kh, vh, seen, cap, unit, xp=jnp, sigma=sigma))(q_at, keys, values)
             return {name: put(found[name], value, i * rows) for name, value in made.items()}
 
         zero = jnp.zeros(shape, jnp.float32)
@@ -135,8 +136,8 @@ def _pass(q, k, v, do, low, high, ids, block, block_visible, also, *, cap, dtype
         step = {"count": found["count"] + group * seen.sum(axis=0)}
         for suffix, unit in units.items():
             b = jax.vmap(lambda qh, dh, kh, vh, unit=unit: bounds.backward_rows(
-                qh, dh, kh, vh, seen, cap, unit, xp=jnp, cap_gradient=cap_gradient))(
-                q_at, do_at, keys, values)
+                qh, dh, kh, vh, seen, cap, unit, xp=jnp, cap_gradient=cap_gradient,
+                sigma=sigma))(q_at, do_at, keys, values)
             made = {"out": b["out"], "dq": b["dq"], f"out_{suffix}": b["out_bound"],
                     f"dq_{suffix}": b["dq_bound"]}
             step |= {name: put(found[name], value, i * rows) for name, value in made.items()}

@@ -151,3 +151,52 @@ def test_the_power_study_holds_a_correct_forward_and_catches_its_mutants(rng):
         assert found["last_kv_block_skipped"][bound] > 1
     assert found["partial_block_as_full"]["over v, blocked sums"] > \
         found["partial_block_as_full"]["worst case"]
+
+
+def test_v_sigma_holds_for_the_cases_own_draw_only(rng):
+    """The bound over v is a statement about v drawn as the case draws it; any other v
+    (constant, scaled, shifted, one-signed, empty) gets the worst case alone."""
+    v = splash.make_inputs(problem(), rng)["v"]
+    assert bounds.v_sigma(v) == bounds.SIGMA
+    wide = v.astype(np.float32)
+    for other in (np.ones_like(v), wide * 3, wide + 0.5, np.abs(wide), wide[:, :0]):
+        assert bounds.v_sigma(other) is None
+    params = problem()
+    inputs = {**splash.make_inputs(params, rng), "v": (wide * 3).astype(v.dtype)}
+    heads, rows = np.zeros(8, int), np.arange(300, 308)
+    seen = np.arange(params["seq_len"])[None] <= rows[:, None]
+    found = bounds.rows_bound(params, inputs, heads, rows)[1]
+    worst = bounds.forward_rows(inputs["q"][0, rows], inputs["k"][0], inputs["v"][0], seen,
+                                None, "bfloat16")[1]
+    np.testing.assert_allclose(found, worst, rtol=1e-12)
+
+
+def test_the_bound_over_v_sees_a_64_key_error_the_worst_case_misses_at_s_16384(rng):
+    """One head, causal, S 16384 (docs/splash-bounds.md): at the last 64 rows and 64
+    drawn, a float32 online-softmax execution within the bound; the last partial mask
+    block read as visible and the last 64 keys skipped past it, several times over,
+    where the worst case alone lets them through or nearly."""
+    from benchmarks import splash_bound_power as study
+
+    s = 16384
+    params = {"heads_q": 1, "heads_kv": 1, "seq_len": s, "head_dim": 128,
+              "dtype": "bfloat16", "mask": {"kind": "causal"}}
+    inputs = splash.make_inputs(params, rng)
+    q, k, v = (inputs[n][0].astype(np.float64) for n in ("q", "k", "v"))
+    rows = np.concatenate([np.sort(rng.choice(s - 64, 64, replace=False)),
+                           np.arange(s - 64, s)])
+    seen = study._seen(rows, s, None)
+    out, bound = bounds.forward_rows(q[rows], k, v, seen, None, "bfloat16",
+                                     sigma=bounds.v_sigma(inputs["v"]))
+    worst = bounds.forward_rows(q[rows], k, v, seen, None, "bfloat16")[1]
+    assert (bound <= worst).all() and np.median(worst / bound) > 3
+
+    def over(got, limit):
+        return (np.abs(got - out) / (limit * (1 + 2**-8) + 2**-8 * np.abs(out))).max()
+
+    assert over(study._emulated(q[rows], k, v, seen), bound) < 0.5
+    for mutant in ("partial_block_as_full", "last_kv_block_skipped"):
+        wrong = study._exact(q[rows], k, v, study._seen(rows, s, mutant))[1]
+        wrong = wrong.astype(inputs["v"].dtype).astype(np.float64)
+        assert over(wrong, bound) > 2 and over(wrong, worst) < 2, mutant
+
