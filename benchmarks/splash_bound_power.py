@@ -16,7 +16,7 @@ them), for the last 64 query rows (those the ``partial_block_as_full`` and
   entries independent normals: a tail bound of the case's own input distribution, no
   model of rounding), the float32 sums worst case, over any order or over the blocked
   order of a kernel (1024 keys a block, then the blocks);
-- the check's own (``bounds.forward_rows`` given ``v_sigma``): the smaller of the worst
+- the check's own (``bounds.forward_terms`` given ``v_sigma``): the smaller of the worst
   case and the bound over v with the float32 sums taken over v's draw too, in any order
   fixed before v is drawn (docs/splash-bounds.md has the argument);
 
@@ -55,13 +55,6 @@ def _seen(rows: np.ndarray, s: int, mutant: str | None) -> np.ndarray:
     return seen
 
 
-def _exact(q, k, v, seen):
-    logits = np.where(seen, q @ k.T, -np.inf)
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    return p, p @ v
-
-
 def _emulated(q, k, v, seen) -> np.ndarray:
     """A correct kernel's out in float32: online softmax over kv blocks, P rounded to
     bfloat16 before P·V, normalised at the end, rounded to bfloat16."""
@@ -80,19 +73,10 @@ def _emulated(q, k, v, seen) -> np.ndarray:
     return (acc / total[:, None]).astype(BF16).astype(np.float64)
 
 
-def _terms(q, k, seen, p):
-    """η_j (the weights' relative error bound, as ``bounds``) and the visible count."""
-    logits = q @ k.T
-    peak = np.where(seen, logits, -np.inf).max(axis=1, keepdims=True)
-    eta = np.where(seen, 1.01 * (bounds.gamma(q.shape[1]) * (np.abs(q) @ np.abs(k).T)
-                                 + bounds.EXP * np.abs(logits - peak) + 2 * bounds.EXP), 0)
-    return eta, seen.sum(axis=1)[:, None]
-
-
-def _higham_mary(q, k, v, seen, p, out) -> np.ndarray:
+def _higham_mary(v, seen, p, out, eta) -> np.ndarray:
     """The bound's terms with every sum of per-key errors taken as √(Σ c_j²) times λ."""
     u_p, u_32 = bounds.UNIT["bfloat16"], bounds.F32
-    eta, n = _terms(q, k, seen, p)
+    n = seen.sum(axis=1)[:, None]
     mag = np.abs(v)
     t1 = np.sqrt(((p * eta) ** 2) @ mag**2 + out**2 * ((p * eta) ** 2).sum(axis=1)[:, None])
     t2 = u_p * np.sqrt((p**2) @ mag**2 + out**2 * (p**2).sum(axis=1)[:, None])
@@ -100,13 +84,12 @@ def _higham_mary(q, k, v, seen, p, out) -> np.ndarray:
     return LAMBDA * (t1 + t2) + t3
 
 
-def _over_v(q, k, v, seen, p, out, summed: int | None) -> np.ndarray:
+def _over_v(v, seen, p, out, eta, summed: int | None) -> np.ndarray:
     """The weights' errors (logits, exp, P's rounding) depend on q and k alone: given
     them, their effect Σ_j c_j v_j is a sum of independent bfloat16-rounded normals, past
     λ·√(Σ c_j²) with probability 2e^(−λ²/2) over v; the float32 sums stay worst case,
     over ``summed`` terms a row (None: any order, 2n + 2, as ``bounds``)."""
-    u_p = bounds.UNIT["bfloat16"]
-    eta, n = _terms(q, k, seen, p)
+    u_p, n = bounds.UNIT["bfloat16"], seen.sum(axis=1)[:, None]
     sigma = bounds.SIGMA
     t1 = LAMBDA * sigma * np.sqrt(((p * eta) ** 2).sum(axis=1))[:, None] \
         + np.abs(out) * (p * eta).sum(axis=1)[:, None]
@@ -124,21 +107,20 @@ def point(s: int, rng: np.random.Generator) -> dict:
     rows = np.concatenate([np.sort(rng.choice(s - BLOCK, BLOCK, replace=False)),
                            np.arange(s - BLOCK, s)])
     seen = _seen(rows, s, None)
-    p, out = _exact(q[rows], k, v, seen)
-    _, worst = bounds.forward_rows(q[rows], k, v, seen, None, "bfloat16")
-    _, checked = bounds.forward_rows(q[rows], k, v, seen, None, "bfloat16",
-                                     sigma=bounds.v_sigma(inputs["v"]))
+    found = bounds.forward_terms(q[rows], k, v, seen, None, "bfloat16",
+                                 sigma=bounds.v_sigma(inputs["v"]))
+    p, out, eta = found["p"], found["out"], found["eta"]
     rounding = bounds.UNIT["bfloat16"] * np.abs(out)
     blocked = KV_BLOCK + 2 * s // KV_BLOCK + 2  # within a block, then across blocks
-    allowed = {"worst case": worst * (1 + bounds.UNIT["bfloat16"]) + rounding,
-               "Higham-Mary": _higham_mary(q[rows], k, v, seen, p, out) + rounding,
-               "over v": _over_v(q[rows], k, v, seen, p, out, None) + rounding,
-               "over v, blocked sums": _over_v(q[rows], k, v, seen, p, out, blocked)
-               + rounding,
-               "the check's": checked * (1 + bounds.UNIT["bfloat16"]) + rounding}
+    allowed = {"worst case": found["worst_bound"] * (1 + bounds.UNIT["bfloat16"]) + rounding,
+               "Higham-Mary": _higham_mary(v, seen, p, out, eta) + rounding,
+               "over v": _over_v(v, seen, p, out, eta, None) + rounding,
+               "over v, blocked sums": _over_v(v, seen, p, out, eta, blocked) + rounding,
+               "the check's": found["bound"] * (1 + bounds.UNIT["bfloat16"]) + rounding}
     errors = {"correct (emulated)": np.abs(_emulated(q[rows], k, v, seen) - out)}
     for mutant in ("partial_block_as_full", "last_kv_block_skipped"):
-        _, wrong = _exact(q[rows], k, v, _seen(rows, s, mutant))
+        wrong = bounds.forward_rows(q[rows], k, v, _seen(rows, s, mutant), None,
+                                    "bfloat16")[0]
         errors[mutant] = np.abs(wrong.astype(BF16).astype(np.float64) - out)
     return {name: {bound: float((error / allowed[bound]).max()) for bound in allowed}
             for name, error in errors.items()}

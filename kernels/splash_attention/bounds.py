@@ -99,7 +99,7 @@ def _over_v(p: Any, eta: Any, seen: Any, out: Any, p_v: Any, mag: Any, dtype: st
     return ((moved + sums) * scale + UNDERFLOW[dtype] * (seen @ mag)) * (1 + UNIT[dtype])
 
 
-def _forward(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.ndarray,
+def forward_terms(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.ndarray,
              cap: float | None, dtype: str, xp: Any = np, sigma: float | None = None
              ) -> dict[str, np.ndarray]:
     """The forward of some query rows with every term its bound needs, in float64 (or in
@@ -141,7 +141,7 @@ def _forward(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray, seen: np.
     lse_error = 1.01 * ((p * eta).sum(axis=1) + sums + F32 * xp.abs(xp.where(
         any_seen, lse, 0.0)) + EXP)
     return {"logits": logits, "error": error, "slope": slope, "p": p, "out": out,
-            "bound": bound, "worst_bound": worst_bound, "lse": lse,
+            "eta": eta, "bound": bound, "worst_bound": worst_bound, "lse": lse,
             "lse_error": lse_error, "any_seen": any_seen}
 
 
@@ -150,9 +150,9 @@ def forward_rows(q_rows: np.ndarray, keys: np.ndarray, values: np.ndarray,
                  sigma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``out`` [n, dv] of ``q_rows`` [n, d] against ``keys`` [m, d] and ``values``
     [m, dv] where ``seen`` [n, m], in float64, and each element's bound before the
-    output's rounding (module docstring; ``sigma``: ``_forward``). A row that sees
+    output's rounding (module docstring; ``sigma``: ``forward_terms``). A row that sees
     nothing: out 0, bound 0."""
-    found = _forward(q_rows, keys, values, seen, cap, dtype, xp, sigma)
+    found = forward_terms(q_rows, keys, values, seen, cap, dtype, xp, sigma)
     return found["out"], found["bound"]
 
 
@@ -168,7 +168,7 @@ def backward_rows(q_rows: np.ndarray, do_rows: np.ndarray, keys: np.ndarray,
     ``cap_gradient=False`` (a near miss's gradients, not a bound's): dS without the cap's
     derivative. ``out_bound`` as ``forward_rows``'s for ``sigma``; the gradients' terms
     take the forward's worst case."""
-    f = _forward(q_rows, keys, values, seen, cap, dtype, xp, sigma)
+    f = forward_terms(q_rows, keys, values, seen, cap, dtype, xp, sigma)
     q_rows, do_rows, keys, values = (xp.asarray(x, real(xp))
                                      for x in (q_rows, do_rows, keys, values))
     unit, under = UNIT[dtype], UNDERFLOW[dtype]
