@@ -138,6 +138,34 @@ def test_dq_passes_by_ds_shift_along_d_and_fails_without_it_or_with_a_bias():
                               tolerance)["passed"]
 
 
+def test_along_d_finds_each_rows_best_shift(rng):
+    """along_d's search lands on each row's minimum of its worst element over the
+    tolerance, and the verdict is that minimum's: within the bound it passes, a hair past
+    it fails. The exact minimum of max_j |a_j - c b_j| over |c| <= L lies at ±L or where
+    two of the lines a_j - c b_j, ±(a_k - c b_k) cross: every such c is tried."""
+    rows, d = 40, 32
+    want, w = rng.normal(size=(rows, d)), rng.normal(size=(rows, d))
+    free = np.abs(rng.normal(size=(rows, d))) * 1e-3
+    shift = np.abs(rng.normal(size=(rows, 1))) * 1e-2
+    shift[:3] = 0.0  # rows D's bound allows no shift
+    got = want + rng.uniform(-1.5, 1.5, (rows, 1)) * shift * w \
+        + rng.uniform(-0.7, 0.7, (rows, d)) * free
+    a, b = (got - want) / free, w / free
+    with np.errstate(divide="ignore", invalid="ignore"):
+        crossings = np.concatenate([
+            ((a[:, :, None] - sign * a[:, None]) / (b[:, :, None] - sign * b[:, None]))
+            .reshape(rows, -1) for sign in (1, -1)], axis=1)
+    tried = np.clip(np.nan_to_num(np.concatenate([crossings, -shift, shift], axis=1)),
+                    -shift, shift)
+    best = np.abs(a[:, None] - tried[:, :, None] * b[:, None]).max(-1).min(1)
+    for scale in (best.max() * 1.001, best.max() / 1.001):
+        found = bounds.along_d(got, want, free * scale, w, shift, 0.0, 0.0)
+        assert found["worst_error_over_tolerance"] == pytest.approx(best.max() / scale,
+                                                                    rel=1e-8)
+        assert found["passed"] == (scale > best.max())
+        assert found["along_d"]["max_shift_over_bound"] <= 1.0
+
+
 def test_the_power_study_holds_a_correct_forward_and_catches_its_mutants(rng):
     """benchmarks/splash_bound_power.py at a small S: the emulated correct execution
     within every bound, both 64-key mutants past every one (at S 1024 the worst case
