@@ -164,31 +164,9 @@ def _plan(mask_json: str, heads: int, seq_len: int, block_q: int, block_kv: int,
           tiles: bool) -> block_plan.BlockPlan:
     mask = multi_head_mask({"seq_len": seq_len, "heads_q": heads, "mask": json.loads(mask_json)})
     if tiles:
-        mask = splash.MultiHeadMask([WithoutIndexFunction(m) for m in mask.masks])
+        mask = splash.MultiHeadMask([block_plan.WithoutIndexFunction(m)
+                                     for m in mask.masks])
     return block_plan.plan(mask, block_q, block_kv)
-
-
-class WithoutIndexFunction(splash.splash_attention_mask.Mask):
-    """The same mask, minus its index function: MaskInfo then keeps partial tiles.
-
-    Equivalent to ``NumpyMask(mask[:, :])`` without materialising S x S booleans.
-    """
-
-    def __init__(self, mask):
-        self.mask = mask
-
-    @property
-    def shape(self):
-        return self.mask.shape
-
-    def __getitem__(self, index):
-        return self.mask[index]
-
-    def __eq__(self, other):
-        return isinstance(other, WithoutIndexFunction) and self.mask == other.mask
-
-    def __hash__(self):
-        return hash((WithoutIndexFunction, self.mask))
 
 
 def multi_head_mask(params: dict[str, Any]) -> splash.MultiHeadMask:
