@@ -7,11 +7,14 @@ import secrets
 import numpy as np
 import pytest
 
+from casebook.core import interpreter_speed
 from kernels import mgpu_interpret
 
 # Before any test starts JAX: enough XLA CPU workers for warp-specialised interpreting
 # (in this process only; the workflow runs the tests start keep XLA's default).
 mgpu_interpret.start_host_backend()
+# The interpreter as every job runs it (cases.load installs it there).
+interpreter_speed.host_values_in_callbacks(load=True)
 
 
 # Started first (`make test` runs a worker per core, a file per worker): the longest files,

@@ -9,14 +9,16 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from casebook.core import paths
+from casebook.core import interpreter_speed, paths
 from casebook.core.errors import CasebookError
 from kernels import contract
 
 
 def load(case: str) -> ModuleType:
     """The kernel package of ``case``, checked to define the contract's functions (and
-    its optional hooks, where present, as functions)."""
+    its optional hooks, where present, as functions); where it imported the Mosaic GPU
+    interpreter, that runs without its callbacks' jax round trips
+    (``interpreter_speed``)."""
     init = paths.kernel_dir(case) / "__init__.py"
     if not init.exists():
         raise CasebookError(init, None, f"no kernel package for case {case!r}")
@@ -29,6 +31,7 @@ def load(case: str) -> ModuleType:
     if broken:
         raise CasebookError(init, broken[0], "an optional hook of the contract, and not "
                                              "a function")
+    interpreter_speed.host_values_in_callbacks()  # where its kernels are interpreted
     return module
 
 

@@ -1,9 +1,12 @@
 """Under jax 0.10 the interpreters' host callbacks take numpy arguments
-(``numpy_callback_arguments``): the same outputs bit for bit and the same race reports as
-with jax's own device_put arguments, and every other io_callback untouched. Under jax 0.11
-nothing changes, and the race test runs there as it is."""
+(``numpy_callback_arguments``) and the Mosaic GPU interpreter's keep host values in numpy
+(``interpreter_speed``): the same outputs bit for bit and the same race reports as with
+jax's own device_put arguments and jax arrays, and every other io_callback untouched.
+Under jax 0.11 nothing changes, and the race test runs there as it is."""
 
 from __future__ import annotations
+
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +15,7 @@ import pytest
 from jax._src import callback as jax_callback
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from casebook.core import cases, interpreter_speed
 from kernels import mgpu_interpret
 from kernels.splash_attention import block_plan, mgpu_forward
 from kernels.splash_attention.problems import inputs, mask_of
@@ -20,6 +24,7 @@ pytestmark = [pytest.mark.interpret, pytest.mark.host_rehearsal]
 
 
 INSTALLED = mgpu_interpret.numpy_callback_arguments()
+HOST_VALUES = interpreter_speed.host_values_in_callbacks(load=True)
 only_where_installed = pytest.mark.skipif(
     not INSTALLED, reason="jax 0.11: the interpreters keep jax's own arguments")
 
@@ -35,6 +40,36 @@ def with_jax_arguments(monkeypatch):
         monkeypatch.setattr(jax_callback, "io_callback_impl",
                             jax_callback.io_callback_impl.device_put_arguments)
     return restore
+
+
+@pytest.fixture
+def with_jax_values(monkeypatch):
+    """Give the Mosaic GPU interpreter's callbacks jax.numpy back for a test."""
+    from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+
+    def restore():
+        if HOST_VALUES:
+            monkeypatch.setattr(gpu_callbacks, "jnp", gpu_callbacks.jnp.jnp)
+    return restore
+
+
+def test_host_values_are_installed_by_loading_a_case_that_interprets(monkeypatch):
+    """Installed under jax 0.10 alone, by ``cases.load`` where the case imported Pallas
+    Mosaic GPU, and idempotent; where no case imported it, nothing is installed."""
+    from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+
+    assert (jax.__version_info__ < (0, 11)) == HOST_VALUES
+    monkeypatch.setattr(gpu_callbacks, "jnp", jnp)
+    cases.load("splash_attention")
+    assert isinstance(gpu_callbacks.jnp, interpreter_speed.HostNumpy) == HOST_VALUES
+    assert interpreter_speed.host_values_in_callbacks() == HOST_VALUES
+    if HOST_VALUES:
+        assert gpu_callbacks.jnp.jnp is jnp and gpu_callbacks.jnp.float32 is jnp.float32
+        assert gpu_callbacks.jnp.array is np.array and gpu_callbacks.jnp.int32 is np.int32
+    monkeypatch.setattr(gpu_callbacks, "jnp", jnp)
+    monkeypatch.delitem(sys.modules, interpreter_speed.PALLAS_MOSAIC_GPU)
+    assert not interpreter_speed.host_values_in_callbacks()  # no case imported it
+    assert gpu_callbacks.jnp is jnp
 
 
 def _argument_type(module: str) -> type:
@@ -66,9 +101,12 @@ def test_only_the_interpreters_callbacks_get_numpy_arguments():
 
 @only_where_installed
 @pytest.mark.timeout(600)
-def test_a_kernel_computes_the_same_bits_either_way(rng, interpreter, with_jax_arguments):
+@pytest.mark.parametrize("back_to_jax", ["arguments", "values"])
+def test_a_kernel_computes_the_same_bits_either_way(rng, interpreter, with_jax_arguments,
+                                                    with_jax_values, back_to_jax):
     """A warp-specialised forward (3 warpgroups, TMA, barriers, wgmma) on one set of
-    inputs: numpy arguments, then jax's; identical outputs, no race either way."""
+    inputs: numpy arguments and host values, then jax's arguments (or jax arrays in the
+    callbacks); identical outputs, no race either way."""
     mask = mask_of("causal", 2, rng, 256)
     problem = mgpu_forward.Problem(2, 2, 256, 256, 64, 64, "float16")
     forward = jax.jit(mgpu_forward.make(
@@ -78,7 +116,7 @@ def test_a_kernel_computes_the_same_bits_either_way(rng, interpreter, with_jax_a
     args = (jnp.asarray(q), jnp.swapaxes(k, 1, 2), jnp.asarray(v))
     fast = np.asarray(jax.block_until_ready(forward(*args)))
     assert not mgpu_interpret.races_found()
-    with_jax_arguments()
+    {"arguments": with_jax_arguments, "values": with_jax_values}[back_to_jax]()
     slow = np.asarray(jax.block_until_ready(forward(*args)))
     assert not mgpu_interpret.races_found()
     assert np.isfinite(fast).all()
@@ -105,10 +143,13 @@ def _tma_then_read(read_before_wait: bool, interpret):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("arguments", ["numpy", "jax"])
-def test_a_read_before_the_wait_is_reported_either_way(rng, arguments, with_jax_arguments):
+@pytest.mark.parametrize("arguments", ["numpy", "jax", "jax values"])
+def test_a_read_before_the_wait_is_reported_either_way(rng, arguments, with_jax_arguments,
+                                                       with_jax_values):
     if arguments == "jax":
         with_jax_arguments()
+    if arguments == "jax values":
+        with_jax_values()
     x = rng.standard_normal((64, 128)).astype(np.float32)
     for racy in (False, True):
         mgpu_interpret.reset_interpreter()
