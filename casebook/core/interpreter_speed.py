@@ -51,12 +51,11 @@ def host_values_in_callbacks(load: bool = False) -> bool:
     0.11, whose interpreter wants jax arrays in places)."""
     if not load and PALLAS_MOSAIC_GPU not in sys.modules:
         return False
-    callbacks = importlib.import_module(CALLBACKS)
-    if isinstance(callbacks.jnp, HostNumpy):
-        return True
     import jax
 
     if jax.__version_info__ >= (0, 11):
         return False
-    callbacks.jnp = HostNumpy(callbacks.jnp)
+    callbacks = importlib.import_module(CALLBACKS)
+    if not isinstance(callbacks.jnp, HostNumpy):
+        callbacks.jnp = HostNumpy(callbacks.jnp)
     return True
