@@ -36,19 +36,30 @@ def _seconds(value: float | None, target: float | None = None) -> str:
     return f"**{text}** (over {target:g} s)" if target is not None and value > target else text
 
 
+def _probe(record: dict) -> str:
+    """The host's speed around the run: the calibration workload's median before and
+    after, in µs (a slower host reads higher; records before it was measured: —)."""
+    probe = record.get("host_probe_s")
+    if not probe:
+        return "—"
+    return "–".join(f"{probe[k] * 1e6:.0f}" for k in ("before", "after"))
+
+
 def table(results: Path = paths.BENCHMARK_RESULTS) -> str:
     """One row per recorded run, oldest first."""
     runs = []
     for path in sorted(results.glob("pipeline_time*.json")):
         record = json.loads(path.read_text())
         runs.append((_when(record), path.name, record))
-    rows = ["| when | commit | cores | cold run, wall | cold run, CPU | jobs | no-op rerun "
-            "| one-point change | record |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| when | commit | cores | host probe, µs | cold run, wall | cold run, CPU | jobs "
+            "| no-op rerun | one-point change | record |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for when, name, r in sorted(runs, key=lambda run: (run[0], run[1])):
         cold, change = r["cold_run"], r.get("one_point_change") or {}
         rows.append(
             f"| {when[:16].replace('T', ' ') or '—'} | {r['commit'][:7]}"
             f"{'-dirty' if r['commit'].endswith('-dirty') else ''} | {r['cores']} "
+            f"| {_probe(r)} "
             f"| {_seconds(cold['wall_s'], TARGETS['cold'])} | {_seconds(cold['cpu_s'])} "
             f"| {cold['jobs']} | {_seconds(r.get('noop_rerun_wall_s'), TARGETS['noop'])} "
             f"| {_seconds(change.get('wall_s'), TARGETS['change'])} "
