@@ -16,8 +16,8 @@ from kernels import contract
 
 def load(case: str) -> ModuleType:
     """The kernel package of ``case``, checked to define the contract's functions (and
-    its optional hooks, where present, as functions); where it imported the Mosaic GPU
-    interpreter, that runs without its callbacks' jax round trips
+    its optional hooks, where present, as functions); where it imported Pallas Mosaic
+    GPU, the interpreter then runs without its callbacks' jax round trips
     (``interpreter_speed``)."""
     init = paths.kernel_dir(case) / "__init__.py"
     if not init.exists():

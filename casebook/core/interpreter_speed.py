@@ -7,7 +7,7 @@ a numpy buffer, which the next callback (or ``mgpu_interpret.numpy_callback_argu
 turns back into numpy. Each is an eager jax dispatch: about a third of an interpreted
 call on a 2-core host. ``host_values_in_callbacks`` gives that module numpy's ``array``
 and ``int32`` in their place: the same values, bit-identical outputs and the same race
-reports, calls about 1.4x faster (tests/library/test_interpreter_callbacks.py). jax
+reports, calls 1.4-2x faster (tests/library/test_interpreter_callbacks.py). jax
 0.11's interpreter is left as it is.
 
 It lives here, not in ``kernels/mgpu_interpret.py``, because it is not a kernel source
