@@ -87,24 +87,27 @@ class Band:
     visible: np.ndarray  # bool [q_len + kv_len - 1]: difference d at d + kv_len - 1
     low: np.ndarray  # int [q_blocks, kv_blocks]: each tile's smallest difference, placed
     tiles: bool  # wrapped in WithoutIndexFunction: partial tiles loaded, not computed
+    block_q: int
+    block_kv: int
 
-    def classes(self, block_q: int, block_kv: int) -> np.ndarray:
+    def classes(self) -> np.ndarray:
         """Upstream's class table, [1, q_blocks, kv_blocks] int8: a tile holds every
         difference from its smallest to its largest, and no other."""
+        block_q, block_kv = self.block_q, self.block_kv
         seen = np.concatenate([[0], np.cumsum(self.visible)])
         count = seen[self.low + block_q + block_kv - 1] - seen[self.low]
         table = np.where(count == 0, EMPTY,
                          np.where(count == block_q + block_kv - 1, FULL, PARTIAL))
         return table[None].astype(np.int8)
 
-    def partial_tiles(self, classes: np.ndarray, block_q: int, block_kv: int
-                      ) -> tuple[np.ndarray, np.ndarray | None]:
+    def partial_tiles(self, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Upstream's mask_next (int32, each partial tile's index) and its distinct
         partial tiles ([n, block_q, block_kv] bool, in order of first appearance row by
         row, None without one)."""
         mask_next = np.zeros(classes.shape, np.int32)
         ids: dict[bytes, int] = {}
         tiles = []
+        block_q, block_kv = self.block_q, self.block_kv
         offsets = np.arange(block_q)[:, None] + (block_kv - 1 - np.arange(block_kv))[None, :]
         for i, j in zip(*np.nonzero(classes[0] == PARTIAL), strict=True):
             tile = self.visible[self.low[i, j] + offsets]
@@ -139,7 +142,8 @@ def band(mask: mask_lib.MultiHeadMask, block_q: int, block_kv: int) -> Band | No
                                             np.maximum(-d, 0)[:, None]), bool)[:, 0]
     q0 = np.arange(q_len // block_q)[:, None] * block_q
     kv0 = np.arange(kv_len // block_kv)[None, :] * block_kv
-    return Band(head, visible, q0 - (kv0 + block_kv - 1) + kv_len - 1, tiles)
+    return Band(head, visible, q0 - (kv0 + block_kv - 1) + kv_len - 1, tiles, block_q,
+                block_kv)
 
 
 def _classified(mask: mask_lib.MultiHeadMask, block_q: int, block_kv: int, dkv: bool
@@ -149,10 +153,10 @@ def _classified(mask: mask_lib.MultiHeadMask, block_q: int, block_kv: int, dkv: 
     blocks: from its ``band`` where it has one, else from upstream's MaskInfo."""
     found = band(mask, block_q, block_kv)
     if found is not None:
-        classes = found.classes(block_q, block_kv)
+        classes = found.classes()
         if not found.tiles:
             return classes, np.zeros(classes.shape, np.int32), None, found.head.mask_function
-        mask_next, partial = found.partial_tiles(classes, block_q, block_kv)
+        mask_next, partial = found.partial_tiles(classes)
         if dkv and partial is not None:
             partial = np.swapaxes(partial, -1, -2)
         return classes, mask_next, partial, None

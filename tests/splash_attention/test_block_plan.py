@@ -51,8 +51,7 @@ def test_band_classes_are_upstreams_table(rng):
         q_len = block_q * int(rng.integers(1, 9))
         kv_len = block_kv * int(rng.integers(1, 9))
         mask = band_mask(rng, q_len, kv_len)
-        got = block_plan.band(mask_lib.MultiHeadMask([mask]), block_q, block_kv).classes(
-            block_q, block_kv)
+        got = block_plan.band(mask_lib.MultiHeadMask([mask]), block_q, block_kv).classes()
         info, _ = splash_attention_mask_info.process_mask(
             mask_lib.MultiHeadMask([mask]), (block_q, block_kv), downcast_smem_data=False,
             shrink_grid=False)
