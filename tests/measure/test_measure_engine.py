@@ -172,10 +172,14 @@ def test_last_level_cache_is_read_from_sysfs(tmp_path):
 # -- the three ways to fool a timer: fixtures the harness must catch ---------------------
 
 def returns_early() -> Runnable:
-    """The call hands its work to a thread and returns; the wait waits for nothing."""
+    """The call hands its work to a thread and returns; the wait waits for nothing. The
+    work is 10x WORK_S, as the side stream's: on a loaded host starting the thread (the
+    whole timed call) took 2.4 ms, and a work of WORK_S then left a lag under the guard's
+    margin (a quarter of the median)."""
     def call(x):
         result = {}
-        worker = threading.Thread(target=lambda: (time.sleep(WORK_S), result.update(y=x * 2)))
+        worker = threading.Thread(
+            target=lambda: (time.sleep(10 * WORK_S), result.update(y=x * 2)))
         worker.start()
         return worker, result
 

@@ -199,11 +199,12 @@ def test_v_sigma_holds_for_the_cases_own_draw_only(rng):
     np.testing.assert_allclose(found, worst, rtol=1e-12)
 
 
-def test_the_bound_over_v_sees_a_64_key_error_the_worst_case_misses_at_s_16384(rng):
+def test_the_bound_over_v_sees_a_64_key_error_3x_further_than_the_worst_case_at_s_16384(rng):
     """One head, causal, S 16384 (docs/splash-bounds.md): at the last 64 rows and 64
     drawn, a float32 online-softmax execution within the bound; the last partial mask
-    block read as visible and the last 64 keys skipped past it, several times over,
-    where the worst case alone lets them through or nearly."""
+    block read as visible and the last 64 keys skipped past it, over 2×, and at least 3×
+    as far past it as past the worst case alone (which, in 397 draws, let them through at
+    a median 0.8 of it; their ratio was 3.6 or more in every draw)."""
     from benchmarks import splash_bound_power as study
 
     s = 16384
@@ -227,5 +228,5 @@ def test_the_bound_over_v_sees_a_64_key_error_the_worst_case_misses_at_s_16384(r
         wrong = bounds.forward_rows(q[rows], k, v, study._seen(rows, s, mutant), None,
                                     "bfloat16")[0]
         wrong = wrong.astype(inputs["v"].dtype).astype(np.float64)
-        assert over(wrong, bound) > 2 and over(wrong, worst) < 2, mutant
+        assert over(wrong, bound) > max(2, 3 * over(wrong, worst)), mutant
 
