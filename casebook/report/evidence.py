@@ -69,8 +69,9 @@ class Evidence:
     ablations: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     # point -> the compare record: its variants and baselines measured interleaved.
     compare: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    # (variant, point) of a verification, (variant, None) of a build -> the hash its record
-    # would carry if made now (provenance.job_sha256).
+    # (variant, point) of a verification, (variant, None) of a build, (None, point) of a
+    # check_power record -> the hash its record would carry if made now
+    # (provenance.job_sha256).
     current_sha256: dict[tuple[str, str | None], str] = dataclasses.field(
         default_factory=dict)
     # (variant, point) of the verify and time records made with another tile choice than
@@ -105,10 +106,33 @@ class Evidence:
         """Whether a build or verification was made from other kernel sources, or another
         slice of the case config, than the current ones, or a verification or time with
         another tile-table row."""
-        made = {**{(v, None): r for v, r in self.builds.items()}, **self.verify}
+        made = {**{(v, None): r for v, r in self.builds.items()}, **self.verify,
+                **{(None, p): r for p, r in self.check_power.items()}}
         return bool(self.retuned) or any(
             made[key]["sources_sha256"] != want
-            for key, want in self.current_sha256.items() if key in made)
+            for key, want in self.current_sha256.items() if key in made) or any(
+            self.compare_stale(point) for point in self.compare)
+
+    def power_stale(self, point: str) -> bool:
+        """Whether ``point``'s check_power record was made from other kernel sources or
+        another slice of the case config than the current ones."""
+        record, want = self.check_power.get(point), self.current_sha256.get((None, point))
+        return record is not None and want is not None and record["sources_sha256"] != want
+
+    def compare_stale(self, point: str) -> bool:
+        """Whether ``point``'s compare record is older than a verify, time or baseline
+        record of a kernel or baseline it pairs: the workflow remakes a comparison after
+        each of them, so an older one measured what those records replaced (an archive's
+        import keeps it where a window stopped before remaking it)."""
+        record = self.compare.get(point)
+        if record is None or "created_at" not in record:
+            return False
+        paired = [p for p in record["pairs"] if "why_not" not in p]
+        inputs = [r for p in paired for r in (self.verify.get((p["variant"], point)),
+                                              self.time.get((p["variant"], point)),
+                                              self.baselines.get((p["baseline"], point)))
+                  if r is not None and "created_at" in r]
+        return any(r["created_at"] > record["created_at"] for r in inputs)
 
     def stale_at(self, variant: str, point: str) -> bool:
         """``stale`` for what a figure of ``variant`` at ``point`` shows: its build or its
@@ -228,7 +252,9 @@ def gather(spec: dict[str, Any], target: str, must_exist: bool) -> Evidence:
         current_sha256={
             **{(v, None): provenance.job_sha256(spec, v) for v in variants},
             **{(v, p["name"]): provenance.job_sha256(spec, v, p["name"])
-               for v in variants for p in spec["points"]}},
+               for v in variants for p in spec["points"]},
+            **{(None, p["name"]): provenance.job_sha256(spec, point=p["name"])
+               for p in spec["points"]}},
     )
 
 

@@ -106,7 +106,8 @@ def _power_text(ev: Evidence, variant: str, point: str) -> str:
     power = ev.power(variant, point)
     if power is None:
         return "not measured"
-    return f"WEAK: {power['why']}" if power["weak"] else "every mutant caught"
+    said = f"WEAK: {power['why']}" if power["weak"] else "every mutant caught"
+    return said + (" (STALE: other sources)" if ev.power_stale(point) else "")
 
 
 def untimed_baselines(ev: Evidence, variant: str, point: str) -> str | None:
@@ -144,7 +145,9 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
             sol = status.baseline_sol(ev, name, point)
             own = "" if sol is None else f" (itself at {sol:.1%} of SOL)"
             verdicts.setdefault((variant, point), []).append(
-                f"{c.verdict}{ratio} vs {name}{own}")
+                f"{c.verdict}{ratio} vs {name}{own}"
+                + (" (STALE: compared before these records)" if ev.compare_stale(point)
+                   else ""))
         for (variant, point), record in ev.time.items():
             if not record["timed"] or times_on_host(record["execution"]) == on_device:
                 continue
@@ -152,7 +155,8 @@ def summary(evs: list[Evidence], on_device: bool) -> str:
             worst = check.get("worst_error_over_tolerance")
             sol = status.sol_fraction(record)
             power = _power_text(ev, variant, point)
-            stale = ev.stale_at(variant, point)
+            stale = (ev.stale_at(variant, point) or ev.power_stale(point)
+                     or ((variant, point) in verdicts and ev.compare_stale(point)))
             rows.append({
                 "target": ev.target + (" (STALE)" if stale else ""), "variant": variant,
                 "point": point,
@@ -213,7 +217,8 @@ def across_chips(evs: list[Evidence], spec: dict[str, Any]) -> dict[str, str] | 
 
 
 def comparisons(ev: Evidence) -> str:
-    rows = [{"kernel": variant, "baseline": name, "point": point, "verdict": c.verdict,
+    rows = [{"kernel": variant, "baseline": name, "point": point,
+             "verdict": c.verdict + (" (STALE)" if ev.compare_stale(point) else ""),
              "baseline / kernel": conditions.comparison_text(c)}
             for (variant, name, point), c in conditions.comparisons(ev).items()]
     rows += [{"kernel": variant, "baseline": name, "point": point, "verdict": "—",

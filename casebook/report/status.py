@@ -65,19 +65,21 @@ def _versus(ev: Evidence) -> list[dict[str, str]]:
     whose whole interval clears the host's noise floor (none is printed otherwise), with
     the baseline's own fraction of the speed of light there where it has one (a speedup
     over a baseline far from its bound says as much about the baseline)."""
-    by_baseline: dict[str, list[tuple[str, stats.Comparison]]] = {}
-    for (_, name, point), c in conditions.comparisons(ev).items():
-        by_baseline.setdefault(name, []).append((point, c))
+    by_baseline: dict[str, list[tuple[str, stats.Comparison, bool]]] = {}
+    for (variant, name, point), c in conditions.comparisons(ev).items():
+        stale = ev.stale_at(variant, point) or ev.compare_stale(point)
+        by_baseline.setdefault(name, []).append((point, c, stale))
     found = []
     for name, compared in by_baseline.items():
-        faster = [(p, c) for p, c in compared if c.verdict == stats.FASTER]
-        clear = sorted(((c.speedup, p) for p, c in faster if c.printable), key=lambda x: x[0])
+        faster = [(p, c, stale) for p, c, stale in compared if c.verdict == stats.FASTER]
+        clear = [(c.speedup, p, stale) for p, c, stale in faster if c.printable]
+        current = [item for item in clear if not item[2]]
         best = ""
-        if clear:
-            speedup, point = clear[-1]
+        if clear:  # a current record's where any is, as the index's speedup
+            speedup, point, stale = max(current or clear)
             sol = baseline_sol(ev, name, point)
             own = "" if sol is None else f" (there {name} runs at {sol:.1%} of SOL)"
-            best = f", up to {speedup:.2f}×{own}"
+            best = f", up to {speedup:.2f}×{own}" + (" in a stale comparison" if stale else "")
         found.append(_phrase(f"faster than {name} at {len(faster)} of {len(compared)} "
                              f"points{best}", "ok" if len(faster) == len(compared) else "note"))
     return found
@@ -148,6 +150,16 @@ def _sol_best(ev: Evidence) -> tuple[float, bool] | None:
     return max(current or found, default=None)
 
 
+def _speedup_best(ev: Evidence) -> tuple[tuple[str, str, str], stats.Comparison, bool] | None:
+    """The largest printable FASTER speedup of a compare record, its (variant, baseline,
+    point) and whether it is stale: among the current ones where any is, as ``_sol_best``."""
+    found = [(key, c, ev.stale_at(key[0], key[2]) or ev.compare_stale(key[2]))
+             for key, c in conditions.comparisons(ev).items()
+             if c.verdict == stats.FASTER and c.printable]
+    current = [item for item in found if not item[2]]
+    return max(current or found, key=lambda item: item[1].speedup, default=None)
+
+
 def badges(ev: Evidence) -> list[dict[str, str]]:
     """The target's status as a few short badges for the index matrix (the sentences are
     on the case page): verified n/m, FAILED, not run here, WEAK, where it was timed, the
@@ -179,14 +191,15 @@ def badges(ev: Evidence) -> list[dict[str, str]]:
         if not phrase["text"].startswith("faster than "):
             found.append({"text": short.get(phrase["text"], phrase["text"]),
                           "tone": phrase["tone"], "title": phrase["text"]})
-    compared = [c for c in conditions.comparisons(ev).items()
-                if c[1].verdict == stats.FASTER and c[1].printable]
-    if compared:
-        (variant, name, point), best = max(compared, key=lambda c: c[1].speedup)
+    faster = _speedup_best(ev)
+    if faster is not None:
+        (variant, name, point), best, stale = faster
         own = baseline_sol(ev, name, point)
         found.append({"text": f"{best.speedup:.1f}× faster", "tone": "ok",
                       "title": f"{variant} against {name} at {point} (paired, FASTER)"
-                      + ("" if own is None else f"; {name} there at {own:.1%} of SOL")})
+                      + ("" if own is None else f"; {name} there at {own:.1%} of SOL")
+                      + (", in a stale record (no current comparison is FASTER)" if stale
+                         else "")})
     best = _sol_best(ev)
     if best is not None:
         sol, stale = best

@@ -474,6 +474,72 @@ def test_the_index_badges_say_what_the_case_page_says_in_a_few_words():
     assert "WEAK 2/2" in {b["text"] for b in status.badges(ev)}
 
 
+def test_the_index_speedup_is_the_best_current_one_a_stale_one_only_when_none_is():
+    """As the fraction of the speed of light: a stale record's larger speedup would read
+    as today's, so the badge takes the current records' best, and says so otherwise."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    ev.spec = {"points": [{"name": "p"}, {"name": "q"}]}
+    ev.verify["v", "q"] = {**ev.verify["v", "p"], "sources_sha256": "old"}
+    ev.time["v", "q"] = ev.time["v", "p"]
+    ev.baselines["b", "q"] = {**ev.baselines["b", "p"], "measurement": measurement(5e-5, 5e-7)}
+    compared(ev, np.random.default_rng(0), floor=0.01)
+    ev.current_sha256 = {("v", "p"): "s", ("v", "q"): "s"}
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert said["2.0× faster"]["title"] == "v against b at p (paired, FASTER)"
+    ev.current_sha256 = {("v", "p"): "new", ("v", "q"): "s"}  # now p is stale, q current
+    ev.verify["v", "q"]["sources_sha256"] = "s"
+    assert "v against b at q" in {b["text"]: b for b in status.badges(ev)}["5.0× faster"]["title"]
+    ev.current_sha256 = {("v", "p"): "new", ("v", "q"): "new"}  # both stale: the best of all
+    title = {b["text"]: b for b in status.badges(ev)}["5.0× faster"]["title"]
+    assert title.endswith("in a stale record (no current comparison is FASTER)")
+
+
+def test_a_comparison_older_than_a_record_it_pairs_is_stale_wherever_it_is_shown():
+    """A compare record is remade after the verify, time and baseline records it pairs;
+    one older than any of them (an archive's, where a window stopped before remaking it)
+    measured what they replaced: its verdicts say STALE, and the index's speedup passes
+    it over for a current one."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    ev.spec = {"points": [{"name": "p"}, {"name": "q"}]}
+    ev.verify["v", "q"] = dict(ev.verify["v", "p"])
+    ev.time["v", "q"] = dict(ev.time["v", "p"])
+    ev.baselines["b", "q"] = {**ev.baselines["b", "p"], "measurement": measurement(5e-5, 5e-7)}
+    compared(ev, np.random.default_rng(0), floor=0.01)
+    for kept in (ev.verify, ev.time, ev.baselines):
+        for record in kept.values():
+            record["created_at"] = "2026-12-07T10:00:00+00:00"
+    for point in ("p", "q"):
+        ev.compare[point]["created_at"] = "2026-12-07T10:05:00+00:00"
+    assert not ev.stale and "5.0× faster" in {b["text"] for b in status.badges(ev)}
+    ev.baselines["b", "q"]["created_at"] = "2026-12-07T11:00:00+00:00"  # remade since
+    assert ev.compare_stale("q") and not ev.compare_stale("p") and ev.stale
+    said = {b["text"]: b for b in status.badges(ev)}
+    assert "5.0× faster" not in said and said["2.0× faster"]["title"].endswith("(paired, FASTER)")
+    assert "FASTER (STALE)" in page_tables.comparisons(ev)
+    versus = [t for t in texts(ev) if t.startswith("faster than b")]
+    assert re.fullmatch(r"faster than b at 2 of 2 points, up to [12]\.\d\d×", versus[0]), versus
+    table = page_tables.summary([ev], True)
+    assert "vs b (STALE: compared before these records)" in table
+    assert "h200 (STALE)" in table
+    ev.time["v", "q"]["created_at"] = ev.baselines["b", "q"]["created_at"] = \
+        "2026-12-07T09:00:00+00:00"
+    assert not ev.compare_stale("q")
+
+
+def test_a_check_power_record_of_other_sources_is_stale_on_the_page():
+    """Its mutants were judged by another check, or made from other kernels: the row says
+    its power is STALE, and the target is."""
+    ev = evidence(interpret=False, gpus=[H200], kernel_s=1e-5, baseline_s=2e-5)
+    ev.check_power["p"]["sources_sha256"] = "then"
+    ev.current_sha256 = {("v", "p"): "s", (None, "p"): "then"}
+    table = page_tables.summary([ev], True)
+    assert "every mutant caught<" in table and "STALE" not in table and not ev.stale
+    ev.current_sha256[None, "p"] = "now"
+    table = page_tables.summary([ev], True)
+    assert "every mutant caught (STALE: other sources)" in table and "h200 (STALE)" in table
+    assert ev.power_stale("p") and ev.stale and "STALE" in {b["text"] for b in status.badges(ev)}
+
+
 def test_the_case_page_opens_with_every_device_timed_result_the_host_times_apart():
     """One row per target, variant and point timed on a device (the host's interpreter
     times in a table of their own): verified with its worst error, the check's power,
