@@ -103,9 +103,10 @@ class Evidence:
 
     @property
     def stale(self) -> bool:
-        """Whether a build or verification was made from other kernel sources, or another
-        slice of the case config, than the current ones, or a verification or time with
-        another tile-table row."""
+        """Whether a build, verification or check-power record was made from other kernel
+        sources, or another slice of the case config, than the current ones, a
+        verification or time with another tile-table row, or a comparison before what it
+        pairs (``compare_stale``)."""
         made = {**{(v, None): r for v, r in self.builds.items()}, **self.verify,
                 **{(None, p): r for p, r in self.check_power.items()}}
         return bool(self.retuned) or any(
