@@ -135,6 +135,11 @@ class Evidence:
                   if r is not None and "created_at" in r]
         return any(r["created_at"] > record["created_at"] for r in inputs)
 
+    def comparison_stale(self, variant: str, point: str) -> bool:
+        """Whether a verdict of ``variant`` at ``point`` is stale: its kernel's records
+        (``stale_at``) or the comparison itself (``compare_stale``)."""
+        return self.stale_at(variant, point) or self.compare_stale(point)
+
     def stale_at(self, variant: str, point: str) -> bool:
         """``stale`` for what a figure of ``variant`` at ``point`` shows: its build or its
         verification made from other sources or another config slice, or its verification

@@ -67,8 +67,8 @@ def _versus(ev: Evidence) -> list[dict[str, str]]:
     over a baseline far from its bound says as much about the baseline)."""
     by_baseline: dict[str, list[tuple[str, stats.Comparison, bool]]] = {}
     for (variant, name, point), c in conditions.comparisons(ev).items():
-        stale = ev.stale_at(variant, point) or ev.compare_stale(point)
-        by_baseline.setdefault(name, []).append((point, c, stale))
+        by_baseline.setdefault(name, []).append(
+            (point, c, ev.comparison_stale(variant, point)))
     found = []
     for name, compared in by_baseline.items():
         faster = [(p, c, stale) for p, c, stale in compared if c.verdict == stats.FASTER]
@@ -153,7 +153,7 @@ def _sol_best(ev: Evidence) -> tuple[float, bool] | None:
 def _speedup_best(ev: Evidence) -> tuple[tuple[str, str, str], stats.Comparison, bool] | None:
     """The largest printable FASTER speedup of a compare record, its (variant, baseline,
     point) and whether it is stale: among the current ones where any is, as ``_sol_best``."""
-    found = [(key, c, ev.stale_at(key[0], key[2]) or ev.compare_stale(key[2]))
+    found = [(key, c, ev.comparison_stale(key[0], key[2]))
              for key, c in conditions.comparisons(ev).items()
              if c.verdict == stats.FASTER and c.printable]
     current = [item for item in found if not item[2]]
